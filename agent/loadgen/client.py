@@ -1,0 +1,282 @@
+"""The OpenAI-compatible client: request bodies, one streamed request -> one `RequestRecord`.
+
+The hot path goes through a `Transport`; everything else (models, tokenize, server props)
+goes through httpx. A failed request comes back as a record with `error` set; only a
+programming error raises.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import httpx
+import orjson
+
+from agent.loadgen.sse import StreamRecorder
+from agent.loadgen.transport import Transport, TransportName, make_transport
+from contract.results import ChunkTokenSource, ForcedOutput, RequestRecord
+from contract.suite import RequestSettings
+
+__all__ = ["ChatRequest", "OpenAIClient", "ServerInfo", "normalise_base_url"]
+
+log = logging.getLogger(__name__)
+
+API_KEY_ENV = "BENCH_API_KEY"
+_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+
+def normalise_base_url(url: str) -> str:
+    """'http://h:8000/v1/' -> 'http://h:8000' (paths are added per endpoint)."""
+    url = url.strip().rstrip("/")
+    if "://" not in url:
+        raise ValueError(f"URL {url!r} needs a scheme, e.g. http://127.0.0.1:8080")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """What to send: the prompt and the lengths asked for, plus where the record belongs."""
+
+    prompt: str
+    max_tokens: int
+    label: str
+    request_id: str
+    phase: str = "measured"
+    input_tokens_target: int | None = None
+    keep_text: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What the server says about itself, where it says it."""
+
+    model: str
+    max_context_tokens: int | None
+
+
+def _forced(mode: str) -> list[ForcedOutput]:
+    return [part for part in ("ignore_eos", "min_tokens") if part in mode]  # type: ignore[misc]
+
+
+class OpenAIClient:
+    """One server, one model, one set of request settings."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        model: str | None = None,
+        settings: RequestSettings | None = None,
+        transport: TransportName = "fast",
+        max_connections: int = 64,
+    ) -> None:
+        self.base_url = normalise_base_url(base_url)
+        self.settings = settings or RequestSettings()
+        self.model = model
+        # The key is read here and kept in memory only: never logged, never in argv.
+        self._api_key = os.environ.get(API_KEY_ENV) or None
+        self._transport: Transport = make_transport(
+            transport, self.base_url, api_key=self._api_key, max_connections=max_connections
+        )
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=30.0)
+        self.forced_output = _forced(self.settings.force_output)
+
+    async def __aenter__(self) -> OpenAIClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+        await self._http.aclose()
+
+    async def warm(self, connections: int) -> None:
+        await self._transport.warm(connections)
+
+    async def server_info(self) -> ServerInfo:
+        """The served model id and context length, from /v1/models (and llama.cpp's /props).
+
+        Raises `ConnectionError` with one clear line if the server cannot be reached.
+        """
+        try:
+            response = await self._http.get("/v1/models")
+        except httpx.HTTPError as exc:
+            raise ConnectionError(f"cannot reach {self.base_url}: {exc}") from exc
+        if response.status_code != 200:
+            raise ConnectionError(f"{self.base_url}/v1/models answered HTTP {response.status_code}")
+        try:
+            entries = response.json().get("data") or []
+        except ValueError as exc:
+            raise ConnectionError(f"{self.base_url}/v1/models did not return JSON") from exc
+        if not entries:
+            raise ConnectionError(f"{self.base_url}/v1/models lists no model")
+        entry = next((e for e in entries if e.get("id") == self.model), entries[0])
+        context = entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx_train")
+        slot_context = await self._llamacpp_slot_context()
+        if slot_context:
+            context = slot_context
+        if self.model is None:
+            self.model = str(entry["id"])
+        return ServerInfo(model=self.model, max_context_tokens=int(context) if context else None)
+
+    async def _llamacpp_slot_context(self) -> int | None:
+        try:
+            response = await self._http.get("/props")
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            settings = response.json().get("default_generation_settings") or {}
+        except ValueError:
+            return None
+        n_ctx = settings.get("n_ctx")
+        return int(n_ctx) if isinstance(n_ctx, int) and n_ctx > 0 else None
+
+    def body(self, request: ChatRequest) -> bytes:
+        s = self.settings
+        payload: dict[str, object] = {
+            "model": self.model,
+            "max_tokens": request.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": s.temperature,
+        }
+        if s.endpoint == "chat":
+            payload["messages"] = [{"role": "user", "content": request.prompt}]
+            payload["chat_template_kwargs"] = {"enable_thinking": s.thinking}
+        else:
+            payload["prompt"] = request.prompt
+        if "ignore_eos" in self.forced_output:
+            payload["ignore_eos"] = True
+        if "min_tokens" in self.forced_output:
+            payload["min_tokens"] = request.max_tokens
+        payload.update(s.extra_body)
+        return orjson.dumps(payload)
+
+    async def send(self, request: ChatRequest, *, dispatch_ns: int | None = None) -> RequestRecord:
+        """Stream one request and return its record; never raises for a failed request."""
+        dispatch = dispatch_ns if dispatch_ns is not None else time.perf_counter_ns()
+        recorder = StreamRecorder(keep_text=True)
+        result = await self._transport.stream(
+            _PATHS[self.settings.endpoint],
+            self.body(request),
+            recorder,
+            self.settings.timeout_s,
+            request.request_id,
+        )
+        return _to_record(request, recorder, result.send_ns, dispatch, self)
+
+    async def tokenize_raw(self, text: str) -> int | None:
+        """Token count of `text` without special tokens, where the server can tell."""
+        response = await self._http.post(
+            "/tokenize", json={"model": self.model, "prompt": text, "add_special_tokens": False}
+        )
+        if response.status_code == 200:
+            tokens = response.json().get("tokens")
+            if isinstance(tokens, list) and tokens:
+                return len(tokens)
+        # llama.cpp's spelling of the same endpoint.
+        response = await self._http.post("/tokenize", json={"content": text, "add_special": False})
+        if response.status_code == 200:
+            tokens = response.json().get("tokens")
+            if isinstance(tokens, list):
+                return len(tokens)
+        return None
+
+
+def _chunk_tokens(
+    recorder: StreamRecorder, completion_tokens: int | None
+) -> tuple[list[int], ChunkTokenSource]:
+    chunks = len(recorder.chunk_ns)
+    if not chunks:
+        return [], "none"
+    cumulative = recorder.cumulative_tokens()
+    if all(c is not None for c in cumulative):
+        previous = 0
+        per_chunk = []
+        for c in cumulative:
+            assert c is not None
+            per_chunk.append(max(0, c - previous))
+            previous = c
+        return per_chunk, "continuous_usage"
+    if completion_tokens is None or completion_tokens == chunks:
+        return [1] * chunks, "one_per_chunk"
+    # Several tokens per event (speculative decoding, coalesced deltas): share the usage
+    # count out by text length, largest remainder first, so the total stays exact.
+    chars = recorder.chunk_chars
+    total_chars = sum(chars) or chunks
+    shares = [completion_tokens * (c or 1) / total_chars for c in chars]
+    per_chunk = [int(s) for s in shares]
+    remainder = completion_tokens - sum(per_chunk)
+    by_fraction = sorted(range(chunks), key=lambda i: shares[i] - per_chunk[i], reverse=True)
+    for i in by_fraction[: max(0, remainder)]:
+        per_chunk[i] += 1
+    return per_chunk, "proportional_to_text"
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _to_record(
+    request: ChatRequest,
+    recorder: StreamRecorder,
+    send_ns: int,
+    dispatch_ns: int,
+    client: OpenAIClient,
+) -> RequestRecord:
+    usage = recorder.usage or {}
+    completion = _int_or_none(usage.get("completion_tokens"))
+    details = usage.get("completion_tokens_details")
+    prompt_details = usage.get("prompt_tokens_details")
+    error = recorder.error
+    if error is None and recorder.http_status is not None and recorder.http_status >= 400:
+        error = f"HTTP {recorder.http_status}"
+    if error is None and not recorder.chunk_ns:
+        error = "stream ended without any content"
+    per_chunk, source = _chunk_tokens(recorder, completion)
+    token_events = recorder.content_chunks + recorder.reasoning_chunks
+    mismatch = (completion - token_events) if completion is not None and token_events else None
+    return RequestRecord(
+        request_id=request.request_id,
+        label=request.label,
+        phase="warmup" if request.phase == "warmup" else "measured",
+        endpoint=client.settings.endpoint,
+        dispatch_ns=dispatch_ns,
+        send_ns=send_ns,
+        first_chunk_ns=recorder.first_chunk_ns,
+        first_token_ns=recorder.first_token_ns,
+        first_content_ns=recorder.first_content_ns,
+        last_token_ns=recorder.last_token_ns,
+        end_ns=recorder.end_ns,
+        chunk_ns=recorder.chunk_ns,
+        chunk_tokens=per_chunk,
+        chunk_tokens_source=source,
+        content_chunks=recorder.content_chunks,
+        reasoning_chunks=recorder.reasoning_chunks,
+        content_chars=recorder.content_chars,
+        reasoning_chars=recorder.reasoning_chars,
+        prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
+        completion_tokens=completion,
+        reasoning_tokens=_int_or_none(details.get("reasoning_tokens"))
+        if isinstance(details, dict)
+        else None,
+        cached_prompt_tokens=_int_or_none(prompt_details.get("cached_tokens"))
+        if isinstance(prompt_details, dict)
+        else None,
+        input_tokens_target=request.input_tokens_target,
+        output_tokens_target=request.max_tokens,
+        forced_output=client.forced_output,
+        usage_chunk_mismatch=mismatch,
+        finish_reason=recorder.finish_reason,
+        text_sha256=recorder.text_sha256(),
+        text=recorder.text if request.keep_text else None,
+        http_status=recorder.http_status,
+        error=error,
+    )

@@ -1,0 +1,312 @@
+"""The load sweep: every shape at every concurrency level, repeated, cell by cell.
+
+`burst` (the seeds' numbers): N requests released at once, the window ends with the last.
+`steady`: N workers keep N requests in flight; a warm-up period is discarded and requests
+that finish inside the measured window count. Each cell is `ok`, `infeasible` (it cannot
+run on this server, with why) or `failed` (it broke, with the error); none is dropped.
+Records are appended as each window ends and the summary rewritten after each cell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from agent import metrics
+from agent.loadgen.client import ChatRequest, OpenAIClient, ServerInfo
+from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
+from agent.loadgen.vllm_export import vllm_bench_serve_run
+from agent.results import ResultWriter
+from contract.results import CellResult, CellStatus, RequestRecord, SweepSummary, WindowStats
+from contract.suite import PromptCalibration, Shape, SweepSettings
+
+__all__ = ["count_requests", "run_sweep"]
+
+log = logging.getLogger(__name__)
+
+ProgressHook = Callable[[int], None]
+_MAX_STEADY_PROMPTS = 200_000
+
+# Phrases servers use when a prompt plus its output cannot fit the context (vLLM, SGLang,
+# llama.cpp, OpenAI). A cell whose every request fails with one of these is infeasible.
+_CONTEXT_ERRORS = (
+    "context length",
+    "context window",
+    "maximum context",
+    "exceeds the available context",
+    "exceed_context_size",
+    "too long",
+    "max_model_len",
+    "context size",
+)
+
+
+def count_requests(settings: SweepSettings) -> int:
+    """Requests a burst sweep sends (for progress bars): warm-up included."""
+    windows = settings.repeats + (1 if settings.warmup else 0)
+    return sum(level * windows for level in settings.levels) * len(settings.shapes)
+
+
+def _is_context_error(error: str | None) -> bool:
+    return bool(error) and any(phrase in error.lower() for phrase in _CONTEXT_ERRORS)
+
+
+class _CellRunner:
+    def __init__(
+        self,
+        client: OpenAIClient,
+        settings: SweepSettings,
+        prompts: PromptFactory,
+        writer: ResultWriter,
+        info: ServerInfo,
+        progress: ProgressHook | None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.prompts = prompts
+        self.writer = writer
+        self.info = info
+        self.progress = progress
+
+    def _requests(
+        self, prompts: list[Prompt], shape: Shape, label: str, phase: str
+    ) -> list[ChatRequest]:
+        return [
+            ChatRequest(
+                prompt=p.text,
+                max_tokens=shape.output_tokens,
+                label=label,
+                request_id=f"{label}/{i}",
+                phase=phase,
+                input_tokens_target=shape.input_tokens,
+            )
+            for i, p in enumerate(prompts)
+        ]
+
+    def _record(self, records: list[RequestRecord]) -> None:
+        self.writer.append_requests(records)
+
+    async def _burst(self, requests: list[ChatRequest]) -> list[RequestRecord]:
+        async def one(request: ChatRequest, dispatch_ns: int) -> RequestRecord:
+            record = await self.client.send(request, dispatch_ns=dispatch_ns)
+            if self.progress:
+                self.progress(1)
+            return record
+
+        dispatch = time.perf_counter_ns()
+        return list(await asyncio.gather(*(one(r, dispatch) for r in requests)))
+
+    async def _steady(
+        self, shape: Shape, level: int, label: str
+    ) -> tuple[list[RequestRecord], tuple[int, int]]:
+        s = self.settings
+        # Prompts are built before the window opens: tokenize calls inside it would starve
+        # the workers. One unmeasured request sizes the pool from its latency.
+        (sizing,) = await self.prompts.build(1, shape.input_tokens)
+        probe = await self.client.send(
+            ChatRequest(
+                prompt=sizing.text,
+                max_tokens=shape.output_tokens,
+                label=label,
+                request_id=f"{label}/sizing",
+                phase="warmup",
+                input_tokens_target=shape.input_tokens,
+            )
+        )
+        latency_s = max((metrics.latency_ms(probe) or 1000.0) / 1000.0, 0.001)
+        horizon_s = s.steady_warmup_s + s.steady_window_s
+        needed = min(_MAX_STEADY_PROMPTS, int(level * (horizon_s / latency_s * 1.25 + 2)))
+        pool: list[Prompt] = await self.prompts.build(needed, shape.input_tokens)
+        records: list[RequestRecord] = [probe]
+        start = time.perf_counter_ns()
+        window = (
+            start + int(s.steady_warmup_s * 1e9),
+            start + int(horizon_s * 1e9),
+        )
+
+        async def worker(worker_id: int) -> None:
+            sent = 0
+            while time.perf_counter_ns() < window[1]:
+                if not pool:
+                    log.warning("%s: steady prompt pool ran out; building more in-window", label)
+                    pool.extend(await self.prompts.build(level * 2, shape.input_tokens))
+                prompt = pool.pop()
+                phase = "warmup" if time.perf_counter_ns() < window[0] else "measured"
+                request = ChatRequest(
+                    prompt=prompt.text,
+                    max_tokens=shape.output_tokens,
+                    label=label,
+                    request_id=f"{label}/w{worker_id}/{sent}",
+                    phase=phase,
+                    input_tokens_target=shape.input_tokens,
+                )
+                records.append(await self.client.send(request))
+                sent += 1
+                if self.progress:
+                    self.progress(1)
+
+        await asyncio.gather(*(worker(i) for i in range(level)))
+        return records, window
+
+    async def run_cell(self, shape: Shape, level: int) -> CellResult:
+        s = self.settings
+        base = dict(
+            shape=shape.name,
+            input_tokens=shape.input_tokens,
+            output_tokens=shape.output_tokens,
+            concurrency=level,
+            mode=s.mode,
+        )
+        needed = shape.input_tokens + shape.output_tokens
+        if self.info.max_context_tokens and needed > self.info.max_context_tokens:
+            reason = (
+                f"{shape.input_tokens} in + {shape.output_tokens} out = {needed} tokens exceeds "
+                f"the server's context of {self.info.max_context_tokens} per request"
+            )
+            return CellResult(**base, status="infeasible", reason=reason)
+        await self.client.warm(level)
+        deadline = time.monotonic() + s.max_cell_s
+        windows: list[WindowStats] = []
+        all_errors: list[str | None] = []
+        first_repeat = -1 if s.warmup else 0
+        for repeat in range(first_repeat, s.repeats):
+            if time.monotonic() > deadline:
+                log.warning(
+                    "%s c=%d: cell time limit reached after %d repeats",
+                    shape.name,
+                    level,
+                    len(windows),
+                )
+                break
+            label = f"{shape.name}/c{level}/" + ("warmup" if repeat < 0 else f"r{repeat}")
+            phase = "warmup" if repeat < 0 else "measured"
+            if s.mode == "burst":
+                prompts = await self.prompts.build(level, shape.input_tokens)
+                records = await self._burst(self._requests(prompts, shape, label, phase))
+                window_ns = None
+            else:
+                records, window_ns = await self._steady(shape, level, label)
+            self._record(records)
+            all_errors.extend(r.error for r in records if not r.ok)
+            if repeat < 0:
+                if records and all(_is_context_error(r.error) for r in records):
+                    return CellResult(**base, status="infeasible", reason=records[0].error)
+                continue
+            stats = metrics.window_stats(
+                records,
+                repeat=repeat,
+                mode=s.mode,
+                concurrency=level,
+                window_ns=window_ns,
+                slo_ttft_ms=s.slo_ttft_ms,
+                slo_tpot_ms=s.slo_tpot_ms,
+            )
+            windows.append(stats)
+            self.writer.append_vllm_export(
+                vllm_bench_serve_run(
+                    [r for r in records if r.phase == "measured"],
+                    stats,
+                    model=self.info.model,
+                    endpoint=self.client.settings.endpoint,
+                    label=f"bench:{shape.name}",
+                    date=datetime.now(UTC),
+                )
+            )
+        return _cell_from_windows(base, windows, all_errors)
+
+
+def _cell_from_windows(
+    base: dict[str, object], windows: list[WindowStats], errors: list[str | None]
+) -> CellResult:
+    measured = [w for w in windows if w.aggregate_output_tok_s is not None]
+    status: CellStatus = "ok"
+    reason = None
+    if not measured:
+        if errors and all(_is_context_error(e) for e in errors):
+            status, reason = "infeasible", errors[0]
+        else:
+            status = "failed"
+            reason = next((e for e in errors if e), "no window completed")
+    rates = sorted(w.aggregate_output_tok_s for w in measured if w.aggregate_output_tok_s)
+    return CellResult(
+        **base,  # type: ignore[arg-type]
+        status=status,
+        reason=reason,
+        repeats=windows,
+        aggregate_output_tok_s_median=metrics.median(rates),
+        aggregate_output_tok_s_min=rates[0] if rates else None,
+        aggregate_output_tok_s_max=rates[-1] if rates else None,
+        ttft_ms_p50_median=metrics.median(w.ttft_ms.p50 for w in measured if w.ttft_ms.p50),
+        tpot_ms_p50_median=metrics.median(w.tpot_ms.p50 for w in measured if w.tpot_ms.p50),
+    )
+
+
+def _counts(cells: list[CellResult]) -> dict[str, int]:
+    return {
+        "measured": sum(1 for c in cells if c.status == "ok"),
+        "failed": sum(1 for c in cells if c.status == "failed"),
+        "infeasible": sum(1 for c in cells if c.status == "infeasible"),
+    }
+
+
+async def run_sweep(
+    client: OpenAIClient,
+    settings: SweepSettings,
+    writer: ResultWriter,
+    *,
+    progress: ProgressHook | None = None,
+    on_cell: Callable[[CellResult], None] | None = None,
+    prompt_factory: Callable[[PromptCalibration], PromptFactory] | None = None,
+) -> SweepSummary:
+    """Run every cell; the summary on disk is complete after each one.
+
+    `prompt_factory` replaces how prompts are made (tests use it to mix in faults).
+    """
+    info = await client.server_info()
+    started = time.time()
+    anchor_unix, anchor_ns = time.time(), time.perf_counter_ns()
+    calibration = await calibrate(client)
+    log.info(
+        "prompt calibration: tokenize=%s overhead=%d tokens/word=%.3f",
+        calibration.tokenize_endpoint,
+        calibration.template_overhead_tokens,
+        calibration.tokens_per_word,
+    )
+    factory = (
+        prompt_factory(calibration)
+        if prompt_factory
+        else PromptFactory(calibration, client.tokenize_raw)
+    )
+    runner = _CellRunner(client, settings, factory, writer, info, progress)
+    cells: list[CellResult] = []
+
+    def summary(finished: bool) -> SweepSummary:
+        return SweepSummary(
+            base_url=client.base_url,
+            model=info.model,
+            endpoint=client.settings.endpoint,
+            started_unix_s=started,
+            finished_unix_s=time.time() if finished else None,
+            wall_anchor_unix_s=anchor_unix,
+            wall_anchor_ns=anchor_ns,
+            settings=settings,
+            calibration=calibration,
+            cells=cells,
+            counts=_counts(cells),
+        )
+
+    for shape in settings.shapes:
+        for level in settings.levels:
+            cell = await runner.run_cell(shape, level)
+            cells.append(cell)
+            writer.write_summary(summary(finished=False))
+            if cell.status != "ok":
+                log.warning("%s c=%d: %s (%s)", shape.name, level, cell.status, cell.reason)
+            if on_cell:
+                on_cell(cell)
+    final = summary(finished=True)
+    writer.write_summary(final)
+    return final

@@ -1,0 +1,89 @@
+"""Export of one measured window in `vllm bench serve`'s result JSON format.
+
+Field names and units follow vLLM's `--save-result` output (vllm/benchmarks/serve.py):
+per-request arrays in seconds (`ttfts`, `itls`, `latencies`), summaries in milliseconds
+(`mean_ttft_ms`, `p99_itl_ms`, ...). One JSON object per line is what `--append-result`
+writes, so tools that read vLLM's results read ours.
+"""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime
+
+from agent import metrics
+from contract.results import RequestRecord, WindowStats
+
+__all__ = ["vllm_bench_serve_run"]
+
+_PERCENTILES = (50, 90, 99)
+
+
+def _summary(name: str, values_s: list[float]) -> dict[str, float]:
+    values_ms = sorted(v * 1000 for v in values_s)
+    if not values_ms:
+        return {}
+    out = {
+        f"mean_{name}_ms": statistics.fmean(values_ms),
+        f"median_{name}_ms": metrics.percentile(values_ms, 50),
+        f"std_{name}_ms": statistics.pstdev(values_ms),
+    }
+    for p in _PERCENTILES:
+        out[f"p{p}_{name}_ms"] = metrics.percentile(values_ms, p)
+    return out
+
+
+def vllm_bench_serve_run(
+    records: list[RequestRecord],
+    stats: WindowStats,
+    *,
+    model: str,
+    endpoint: str,
+    label: str,
+    date: datetime,
+) -> dict[str, object]:
+    ok = [r for r in records if r.ok]
+    ttfts = [(v or 0.0) / 1000 for v in (metrics.ttft_ms(r) for r in ok)]
+    latencies = [(v or 0.0) / 1000 for v in (metrics.latency_ms(r) for r in ok)]
+    tpots = [v / 1000 for r in ok if (v := metrics.tpot_ms(r)) is not None]
+    itls = [[gap / 1000 for gap, _ in metrics.itl_gaps_ms(r)] for r in ok]
+    first_send = min((r.send_ns for r in records), default=0)
+    backend = "openai-chat" if endpoint == "chat" else "openai"
+    run: dict[str, object] = {
+        "date": date.strftime("%Y%m%d-%H%M%S"),
+        "endpoint_type": backend,
+        "backend": backend,
+        "label": label,
+        "model_id": model,
+        "tokenizer_id": model,
+        "num_prompts": len(records),
+        "request_rate": "inf",
+        "burstiness": 1.0,
+        "max_concurrency": stats.concurrency,
+        "duration": stats.duration_s,
+        "completed": stats.requests_ok,
+        "failed": stats.requests_failed,
+        "total_input_tokens": stats.input_tokens,
+        "total_output_tokens": stats.output_tokens,
+        "request_throughput": stats.request_per_s,
+        "request_goodput": stats.goodput_request_per_s,
+        "output_throughput": stats.aggregate_output_tok_s,
+        "total_token_throughput": (stats.input_tokens + stats.output_tokens) / stats.duration_s
+        if stats.duration_s > 0
+        else None,
+        "input_lens": [r.prompt_tokens or 0 for r in ok],
+        "output_lens": [r.output_tokens for r in ok],
+        "ttfts": ttfts,
+        "itls": itls,
+        "latencies": latencies,
+        "start_times": [(r.send_ns - first_send) / 1e9 for r in ok],
+        "queue_times": [(r.send_ns - r.dispatch_ns) / 1e9 for r in ok],
+        "generated_texts": ["" for _ in ok],
+        "errors": [r.error or "" for r in records if not r.ok],
+        "max_concurrent_requests": stats.concurrency,
+    }
+    run |= _summary("ttft", ttfts)
+    run |= _summary("tpot", tpots)
+    run |= _summary("itl", [gap for gaps in itls for gap in gaps])
+    run |= _summary("e2el", latencies)
+    return run

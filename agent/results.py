@@ -1,0 +1,61 @@
+"""Writing one job's results as they come: request lines appended and flushed per batch,
+the summary replaced atomically after every cell, so a crash loses nothing measured.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+import orjson
+from pydantic import BaseModel
+
+from contract.results import REQUESTS_FILE, SUMMARY_FILE, VLLM_EXPORT_FILE, RequestRecord
+
+__all__ = ["ResultWriteError", "ResultWriter"]
+
+
+class ResultWriteError(OSError):
+    """Results could not be written (disk full, permissions): one clear line, then stop."""
+
+
+class ResultWriter:
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = job_dir
+        try:
+            job_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ResultWriteError(f"cannot create results folder {job_dir}: {exc}") from exc
+
+    @property
+    def requests_path(self) -> Path:
+        return self.job_dir / REQUESTS_FILE
+
+    def append_requests(self, records: Iterable[RequestRecord]) -> None:
+        lines = b"".join(orjson.dumps(r.model_dump(exclude_none=True)) + b"\n" for r in records)
+        self._append(self.requests_path, lines)
+
+    def append_vllm_export(self, run: dict[str, object]) -> None:
+        self._append(self.job_dir / VLLM_EXPORT_FILE, orjson.dumps(run) + b"\n")
+
+    def write_summary(self, summary: BaseModel) -> Path:
+        path = self.job_dir / SUMMARY_FILE
+        tmp = path.with_suffix(".json.tmp")
+        try:
+            tmp.write_bytes(
+                orjson.dumps(summary.model_dump(mode="json"), option=orjson.OPT_INDENT_2)
+            )
+            tmp.replace(path)
+        except OSError as exc:
+            raise ResultWriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        return path
+
+    def _append(self, path: Path, data: bytes) -> None:
+        try:
+            with path.open("ab") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            raise ResultWriteError(f"cannot write {path}: {exc.strerror or exc}") from exc

@@ -1,0 +1,312 @@
+"""`bench`: the one console script. Parses flags, calls the parts, prints short tables.
+
+Imports of heavy parts happen inside each command so `bench --help` stays instant.
+Errors a user can fix are printed as one line on stderr with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+__all__ = ["main"]
+
+
+class UserError(Exception):
+    """A problem with what the user asked for: printed as one line, exit status 2."""
+
+
+def _csv_ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from exc
+
+
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object")
+    return value
+
+
+def _add_request_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "url", help="base URL of an OpenAI-compatible server, e.g. http://127.0.0.1:8080"
+    )
+    parser.add_argument("--model", help="model id to request (default: the first in /v1/models)")
+    parser.add_argument(
+        "--out", type=Path, help="results folder (default: ./results/<kind>-<time>)"
+    )
+    parser.add_argument(
+        "--endpoint",
+        choices=("chat", "completions"),
+        default="chat",
+        help="/v1/chat/completions or /v1/completions (default: chat)",
+    )
+    parser.add_argument(
+        "--force-output",
+        choices=("ignore_eos+min_tokens", "ignore_eos", "min_tokens", "none"),
+        default="ignore_eos+min_tokens",
+        help="how the exact output length is requested; recorded per request",
+    )
+    parser.add_argument(
+        "--thinking",
+        action="store_true",
+        help="send chat_template_kwargs.enable_thinking=true (default: false, sent explicitly)",
+    )
+    parser.add_argument("--timeout-s", type=float, default=600.0, help="per-request timeout (s)")
+    parser.add_argument(
+        "--extra-body",
+        type=_json_object,
+        default={},
+        help="JSON merged into every request body, e.g. '{\"cache_prompt\": false}'",
+    )
+    parser.add_argument(
+        "--transport",
+        choices=("fast", "httpx"),
+        default="fast",
+        help="hot-path HTTP client: fast (asyncio+httptools, default) or httpx",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def _request_settings(args: argparse.Namespace):
+    from contract.suite import RequestSettings
+
+    return RequestSettings(
+        endpoint=args.endpoint,
+        force_output=args.force_output,
+        thinking=args.thinking,
+        timeout_s=args.timeout_s,
+        extra_body=args.extra_body,
+    )
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench",
+        description="Benchmark LLM serving engines: one-request probe, load sweep, campaigns.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    probe = sub.add_parser(
+        "probe",
+        help="one-request probe against a running server",
+        description="Six fixed chat prompts, each alone N times, then K at once (the seeds' "
+        "one-request table).",
+    )
+    _add_request_flags(probe)
+    probe.add_argument("--output-tokens", type=int, default=256, help="tokens per reply (256)")
+    probe.add_argument("--repeats", type=int, default=3, help="repeats per prompt (3)")
+    probe.add_argument("--at-once", type=int, default=4, help="requests sent together (4)")
+
+    sweep = sub.add_parser(
+        "sweep",
+        help="load sweep against a running server",
+        description="Every shape at every concurrency level, repeated; unique nonce-first "
+        "prompts of exact length; cells ok / infeasible / failed.",
+    )
+    _add_request_flags(sweep)
+    sweep.add_argument(
+        "--shapes",
+        default="512/128,128/512",
+        help="comma-separated INPUT/OUTPUT token shapes (512/128,128/512)",
+    )
+    sweep.add_argument(
+        "--levels",
+        type=_csv_ints,
+        default=(1, 2, 4, 8, 16, 32, 64),
+        help="comma-separated concurrency levels (1,2,4,8,16,32,64)",
+    )
+    sweep.add_argument("--repeats", type=int, default=5, help="measured windows per cell (5)")
+    sweep.add_argument(
+        "--mode",
+        choices=("burst", "steady"),
+        default="burst",
+        help="burst: N released at once (the seeds'); steady: N kept in flight for a window",
+    )
+    sweep.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up")
+    sweep.add_argument("--window-s", type=float, default=30.0, help="steady: window length (s)")
+    sweep.add_argument("--warmup-s", type=float, default=5.0, help="steady: warm-up before it (s)")
+    sweep.add_argument("--max-cell-s", type=float, default=1800.0, help="time bound per cell (s)")
+    sweep.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT objective (ms)")
+    sweep.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT objective (ms)")
+
+    run = sub.add_parser(
+        "run",
+        help="run the embedded default locally: a real engine on a tiny model",
+        description="Builds llama.cpp's server (once, cached), serves a tiny generated model, "
+        "runs the probe and a short sweep, and writes results under ./results/.",
+    )
+    run.add_argument("--out", type=Path, default=Path("results"), help="results root (./results)")
+    run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    return parser
+
+
+def _default_out(kind: str) -> Path:
+    from datetime import datetime
+
+    return Path("results") / f"{kind}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+
+
+def _configure_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(message)s",
+        handlers=[RichHandler(show_path=False, console=_console(stderr=True))],
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr)
+
+
+async def _probe(args: argparse.Namespace) -> int:
+    from agent.loadgen.client import OpenAIClient
+    from agent.loadgen.probe import PROBE_PROMPTS, run_probe
+    from agent.results import ResultWriter
+    from cli.tables import probe_table
+    from contract.suite import ProbeSettings
+
+    settings = ProbeSettings(
+        output_tokens=args.output_tokens,
+        repeats=args.repeats,
+        at_once=args.at_once,
+        request=_request_settings(args),
+    )
+    out = args.out or _default_out("probe")
+    writer = ResultWriter(out)
+    total = settings.repeats * len(PROBE_PROMPTS) + settings.at_once
+    async with OpenAIClient(
+        args.url,
+        model=args.model,
+        settings=settings.request,
+        transport=args.transport,
+        max_connections=settings.at_once,
+    ) as client:
+        with _progress(total, "probe") as advance:
+            summary = await run_probe(client, settings, writer, progress=advance)
+    console = _console()
+    console.print(probe_table([("probe", summary)]))
+    console.print(f"results: {out}")
+    return 0 if summary.requests_failed == 0 else 1
+
+
+async def _sweep(args: argparse.Namespace) -> int:
+    from agent.loadgen.client import OpenAIClient
+    from agent.loadgen.sweep import count_requests, run_sweep
+    from agent.results import ResultWriter
+    from cli.tables import sweep_tables
+    from contract.suite import Shape, SweepSettings
+
+    try:
+        shapes = tuple(Shape.parse(s) for s in args.shapes.split(",") if s.strip())
+    except ValueError as exc:
+        raise UserError(f"--shapes: {exc}") from exc
+    settings = SweepSettings(
+        shapes=shapes,
+        levels=args.levels,
+        repeats=args.repeats,
+        mode=args.mode,
+        warmup=not args.no_warmup,
+        steady_window_s=args.window_s,
+        steady_warmup_s=args.warmup_s,
+        max_cell_s=args.max_cell_s,
+        slo_ttft_ms=args.slo_ttft_ms,
+        slo_tpot_ms=args.slo_tpot_ms,
+        request=_request_settings(args),
+    )
+    out = args.out or _default_out("sweep")
+    writer = ResultWriter(out)
+    async with OpenAIClient(
+        args.url,
+        model=args.model,
+        settings=settings.request,
+        transport=args.transport,
+        max_connections=max(settings.levels),
+    ) as client:
+        total = count_requests(settings) if settings.mode == "burst" else None
+        with _progress(total, "sweep") as advance:
+            summary = await run_sweep(client, settings, writer, progress=advance)
+    console = _console()
+    for table in sweep_tables([("sweep", summary)]):
+        console.print(table)
+    console.print(f"results: {out}")
+    return 0 if summary.counts["failed"] == 0 else 1
+
+
+def _progress(total: int | None, description: str):
+    from contextlib import contextmanager
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    @contextmanager
+    def bar():
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=_console(stderr=True),
+            transient=True,
+        ) as progress:
+            task = progress.add_task(description, total=total)
+            yield lambda n: progress.advance(task, n)
+
+    return bar()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    _configure_logging(getattr(args, "verbose", False))
+    try:
+        if args.command == "probe":
+            return asyncio.run(_probe(args))
+        if args.command == "sweep":
+            return asyncio.run(_sweep(args))
+        if args.command == "run":
+            from cli.local_run import run_local
+
+            return run_local(args.out)
+    except (UserError, ConnectionError, ValueError) as exc:
+        print(f"bench {args.command}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"bench {args.command}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            f"bench {args.command}: interrupted; results written so far are kept", file=sys.stderr
+        )
+        return 130
+    return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        return f"{where}: {first['msg']}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,213 @@
+"""Result records: what the agent writes per request, per cell and per job, and what reports read.
+
+Every time stamp is an integer from `time.perf_counter_ns()` (CLOCK_MONOTONIC on Linux), so
+deltas are exact and comparable across processes of one host. A run also records one
+(`wall_anchor_unix_s`, `wall_anchor_ns`) pair so samples taken by other clocks (telemetry)
+can be placed on the same axis. Durations are derived later, in `agent.metrics`; nothing
+here computes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contract.suite import ProbeSettings, PromptCalibration, SweepSettings
+
+__all__ = [
+    "DONE_FILE",
+    "REQUESTS_FILE",
+    "SUMMARY_FILE",
+    "VLLM_EXPORT_FILE",
+    "CellResult",
+    "CellStatus",
+    "ChunkTokenSource",
+    "Distribution",
+    "ForcedOutput",
+    "ProbePrompt",
+    "ProbeSummary",
+    "RequestRecord",
+    "SweepSummary",
+    "WindowStats",
+]
+
+# Files of one job folder (results/<campaign>/jobs/<job>/), as shared/DESIGN.md lays them out.
+REQUESTS_FILE = "requests.jsonl"
+SUMMARY_FILE = "summary.json"
+VLLM_EXPORT_FILE = "vllm_bench_serve.jsonl"
+DONE_FILE = "done"
+
+CellStatus = Literal["ok", "infeasible", "failed"]
+ForcedOutput = Literal["ignore_eos", "min_tokens"]
+ChunkTokenSource = Literal["continuous_usage", "one_per_chunk", "proportional_to_text", "none"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RequestRecord(_Record):
+    """One request as the client saw it: one line of `requests.jsonl`.
+
+    A request that failed carries `error` (and `http_status` where there was one); it is
+    data, never an exception. Times are perf_counter ns; `None` means the event never came.
+    """
+
+    request_id: str
+    label: str = Field(description="where it belongs, e.g. 'in512-out128/c8/r2' or 'probe/p3/r1'")
+    phase: Literal["warmup", "measured"] = "measured"
+    endpoint: Literal["chat", "completions"]
+    dispatch_ns: int = Field(description="when the load loop released the request")
+    send_ns: int = Field(description="just before the request bytes were written")
+    first_chunk_ns: int | None = Field(None, description="first SSE event of any kind")
+    first_token_ns: int | None = Field(
+        None, description="first event carrying content or reasoning content"
+    )
+    first_content_ns: int | None = Field(None, description="first event carrying content")
+    last_token_ns: int | None = Field(None, description="last event carrying content/reasoning")
+    end_ns: int | None = Field(None, description="stream end: [DONE] or end of body")
+    chunk_ns: list[int] = Field(
+        default_factory=list, description="arrival of every content/reasoning event"
+    )
+    chunk_tokens: list[int] = Field(
+        default_factory=list, description="tokens in each of those events (see source)"
+    )
+    chunk_tokens_source: ChunkTokenSource = "none"
+    content_chunks: int = 0
+    reasoning_chunks: int = 0
+    content_chars: int = 0
+    reasoning_chars: int = 0
+    prompt_tokens: int | None = Field(None, description="usage.prompt_tokens")
+    completion_tokens: int | None = Field(None, description="usage.completion_tokens")
+    reasoning_tokens: int | None = None
+    cached_prompt_tokens: int | None = Field(
+        None, description="usage.prompt_tokens_details.cached_tokens: prefix-cache hits"
+    )
+    input_tokens_target: int | None = None
+    output_tokens_target: int | None = None
+    forced_output: list[ForcedOutput] = Field(default_factory=list)
+    usage_chunk_mismatch: int | None = Field(
+        None, description="usage.completion_tokens - content+reasoning events, when both known"
+    )
+    finish_reason: str | None = None
+    text_sha256: str | None = None
+    text: str | None = Field(None, description="kept for the probe's repeat check only")
+    http_status: int | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and bool(self.output_tokens)
+
+    @property
+    def output_tokens(self) -> int:
+        """usage.completion_tokens where the server sent it, else the count of token events."""
+        if self.completion_tokens is not None:
+            return self.completion_tokens
+        return sum(self.chunk_tokens) if self.chunk_tokens else len(self.chunk_ns)
+
+
+class Distribution(_Record):
+    """Summary of one metric over a set of values; percentiles by linear interpolation."""
+
+    n: int
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+
+class WindowStats(_Record):
+    """One measured window (a burst, or a steady-state window) of one cell repeat."""
+
+    repeat: int
+    mode: Literal["burst", "steady"]
+    concurrency: int
+    requests_ok: int
+    requests_failed: int
+    duration_s: float
+    output_tokens: int
+    input_tokens: int
+    aggregate_output_tok_s: float | None
+    request_per_s: float | None
+    goodput_request_per_s: float | None
+    in_flight_mean: float | None = Field(description="time-weighted requests in flight")
+    usage_mismatches: int
+    prefix_cache_hit_tokens: int
+    ttft_ms: Distribution
+    tpot_ms: Distribution
+    itl_ms: Distribution
+    latency_ms: Distribution
+    e2e_tok_s: Distribution
+    input_tokens_per_request: Distribution
+    errors: list[str] = Field(default_factory=list, description="first few distinct errors")
+
+
+class CellResult(_Record):
+    """One (shape, concurrency) cell of a sweep: its repeats and their median."""
+
+    shape: str
+    input_tokens: int
+    output_tokens: int
+    concurrency: int
+    mode: Literal["burst", "steady"]
+    status: CellStatus
+    reason: str | None = None
+    repeats: list[WindowStats] = Field(default_factory=list)
+    aggregate_output_tok_s_median: float | None = None
+    aggregate_output_tok_s_min: float | None = None
+    aggregate_output_tok_s_max: float | None = None
+    ttft_ms_p50_median: float | None = None
+    tpot_ms_p50_median: float | None = None
+
+
+class SweepSummary(_Record):
+    """`summary.json` of a sweep job: every cell, including infeasible and failed ones."""
+
+    kind: Literal["sweep"] = "sweep"
+    base_url: str
+    model: str
+    endpoint: Literal["chat", "completions"]
+    started_unix_s: float
+    finished_unix_s: float | None = None
+    wall_anchor_unix_s: float
+    wall_anchor_ns: int
+    settings: SweepSettings
+    calibration: PromptCalibration | None
+    cells: list[CellResult]
+    counts: dict[str, int] = Field(description="cells measured / failed / infeasible")
+
+
+class ProbePrompt(_Record):
+    """One of the probe's prompts over its repeats."""
+
+    index: int
+    e2e_tok_s_median: float | None
+    decode_tok_s_median: float | None
+    ttft_ms_median: float | None
+    repeats_ok: int
+    repeat_identical: bool = Field(description="greedy text byte-identical across repeats")
+
+
+class ProbeSummary(_Record):
+    """`summary.json` of a probe job: the seeds' one-request table row."""
+
+    kind: Literal["probe"] = "probe"
+    base_url: str
+    model: str
+    endpoint: Literal["chat", "completions"]
+    started_unix_s: float
+    finished_unix_s: float | None = None
+    settings: ProbeSettings
+    prompts: list[ProbePrompt]
+    e2e_tok_s: float | None = Field(description="geometric mean over prompts of the medians")
+    decode_tok_s: float | None = Field(description="geometric mean over prompts of 1/TPOT")
+    ttft_ms: float | None = Field(description="median over every measured request")
+    at_once_aggregate_tok_s: float | None
+    at_once_x_one: float | None = Field(description="at-once aggregate / one-request e2e tok/s")
+    repeat_identical: int = Field(description="prompts whose text repeated byte for byte")
+    requests_failed: int
+    errors: list[str] = Field(default_factory=list)

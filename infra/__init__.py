@@ -1,0 +1,1 @@
+"""The CDK app's constructs: declares AWS resources only. Imports `contract/`, never `agent/`."""
