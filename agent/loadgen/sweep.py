@@ -190,7 +190,10 @@ class _CellRunner:
             else:
                 records, window_ns = await self._steady(shape, level, label)
             self._record(records)
-            all_errors.extend(r.error for r in records if not r.ok)
+            failed = [r.error or "no output tokens" for r in records if not r.ok]
+            all_errors.extend(failed)
+            for error in dict.fromkeys(failed):
+                log.warning("%s: %d failed: %s", label, failed.count(error), error)
             if repeat < 0:
                 if records and all(_is_context_error(r.error) for r in records):
                     return CellResult(**base, status="infeasible", reason=records[0].error)
