@@ -6,7 +6,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: setup run test lint llama-server clean
+CDK_CLI_DIR := .cache/cdk-cli
+CDK_CLI     := $(CDK_CLI_DIR)/node_modules/aws-cdk/bin/cdk
+CDK         := PATH="$(abspath $(BIN)):$$PATH" CDK_DISABLE_CLI_TELEMETRY=true $(BIN)/node $(CDK_CLI)
+
+.PHONY: setup run test lint llama-server synth deploy destroy clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,7 +18,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
-setup: $(STAMP) llama-server
+setup: $(STAMP) llama-server $(CDK_CLI)
+
+# The CDK CLI, pinned by package-lock.json, run with the venv's Node 24.
+$(CDK_CLI): infra/cdk-cli/package.json infra/cdk-cli/package-lock.json $(STAMP)
+	mkdir -p $(CDK_CLI_DIR) && cp infra/cdk-cli/package*.json $(CDK_CLI_DIR)/
+	$(BIN)/npm ci --prefix $(CDK_CLI_DIR) --no-fund --no-audit --loglevel=error
+	@touch $@
+
+synth: $(CDK_CLI)
+	$(CDK) synth --quiet --no-notices
+
+deploy: $(CDK_CLI)
+	$(CDK) deploy BenchStack --no-notices $(CDK_ARGS)
+
+destroy: $(CDK_CLI)
+	$(CDK) destroy BenchStack --no-notices
 
 llama-server: $(STAMP)
 	$(BIN)/python -m engines.builds.llamacpp
@@ -30,4 +49,4 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 
 clean:
-	rm -rf $(VENV) results
+	rm -rf $(VENV) results $(CDK_CLI_DIR) cdk.out

@@ -1,0 +1,109 @@
+"""Names the workstation, the stack and the instance agree on: S3 keys, SSM names, tags, outputs.
+
+`infra/` declares resources and permissions with these, the launcher and `bench status|fetch`
+look things up with them, and the agent on the instance writes under them. Stdlib only: the
+CDK app imports this module, and so does the agent, which has no CDK.
+
+Layout (shared/DESIGN.md):
+
+    s3://<bucket>/campaigns/<campaign>/...          campaign spec, written by the launcher
+    s3://<bucket>/results/<campaign>/<shard>/...    one shard's results, written by the agent
+    SSM parameter /bench/<campaign>/<shard>         status JSON (< 4 KB), written by the agent
+
+An instance learns its campaign and shard from its own tags (`bench:campaign`, `bench:shard`,
+readable at `http://169.254.169.254/latest/meta-data/tags/instance/<key>` because the launch
+templates put instance tags in the metadata), and the stack's names from the environment file
+its user data writes (`AGENT_ENV_*` below).
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = [
+    "AGENT_ENV_BUCKET",
+    "AGENT_ENV_HF_SECRET_ID",
+    "AGENT_ENV_REGION",
+    "CAMPAIGNS_PREFIX",
+    "OUTPUT_BUCKET",
+    "OUTPUT_HF_SECRET_ARN",
+    "OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND",
+    "OUTPUT_LAUNCH_TEMPLATE_SPOT",
+    "OUTPUT_STATUS_PREFIX",
+    "OUTPUT_SUBNETS_BY_AZ",
+    "RESULTS_PREFIX",
+    "STACK_NAME",
+    "STATUS_PARAMETER_PREFIX",
+    "TAG_CAMPAIGN",
+    "TAG_SHARD",
+    "campaign_prefix",
+    "results_prefix",
+    "status_parameter_name",
+]
+
+# --- S3 key prefixes in the results bucket (each ends with "/") ---
+CAMPAIGNS_PREFIX = "campaigns/"
+RESULTS_PREFIX = "results/"
+
+# --- SSM Parameter Store: one status parameter per shard, under this path ---
+STATUS_PARAMETER_PREFIX = "/bench/"
+
+# --- EC2 tag keys the launcher puts on every instance (and its volumes) ---
+TAG_CAMPAIGN = "bench:campaign"
+TAG_SHARD = "bench:shard"
+
+# --- The CloudFormation stack and the output keys the launcher reads ---
+STACK_NAME = "BenchStack"
+OUTPUT_BUCKET = "ResultsBucketName"
+OUTPUT_LAUNCH_TEMPLATE_SPOT = "SpotLaunchTemplateId"
+OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND = "OnDemandLaunchTemplateId"
+OUTPUT_SUBNETS_BY_AZ = "SubnetIdsByAz"  # a JSON object: {"us-east-1a": "subnet-...", ...}
+OUTPUT_HF_SECRET_ARN = "HfTokenSecretArn"
+OUTPUT_STATUS_PREFIX = "StatusParameterPrefix"
+
+# --- Environment of the agent's systemd unit on an instance (written by the user data) ---
+AGENT_ENV_BUCKET = "BENCH_BUCKET"
+AGENT_ENV_HF_SECRET_ID = "BENCH_HF_SECRET_ID"  # the secret's ARN; never the token itself
+AGENT_ENV_REGION = "AWS_DEFAULT_REGION"
+
+# Campaign and shard names become S3 key segments and SSM path segments; SSM allows
+# [a-zA-Z0-9_.-] in a path segment, S3 allows more, so the SSM rule is the one to keep.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def _check_name(kind: str, value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            f"{kind} {value!r} must be 1-128 characters of letters, digits, '_', '.', '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def campaign_prefix(campaign: str) -> str:
+    """The S3 key prefix of a campaign's spec: `campaigns/<campaign>/`.
+
+    Raises:
+        ValueError: the campaign name cannot be a key segment.
+    """
+    return f"{CAMPAIGNS_PREFIX}{_check_name('campaign', campaign)}/"
+
+
+def results_prefix(campaign: str, shard: str | None = None) -> str:
+    """The S3 key prefix of a campaign's results (`results/<campaign>/`) or of one shard's.
+
+    Raises:
+        ValueError: the campaign or shard name cannot be a key segment.
+    """
+    prefix = f"{RESULTS_PREFIX}{_check_name('campaign', campaign)}/"
+    return prefix if shard is None else f"{prefix}{_check_name('shard', shard)}/"
+
+
+def status_parameter_name(campaign: str, shard: str) -> str:
+    """The SSM parameter a shard's agent publishes its status to: `/bench/<campaign>/<shard>`.
+
+    Raises:
+        ValueError: the campaign or shard name cannot be an SSM path segment.
+    """
+    campaign, shard = _check_name("campaign", campaign), _check_name("shard", shard)
+    return f"{STATUS_PARAMETER_PREFIX}{campaign}/{shard}"
