@@ -12,6 +12,7 @@ from agent.supervisor import EngineServer, free_port
 from engines.builds.llamacpp import LlamaCppBuild, ensure_llama_server
 from engines.models.tiny_gguf import write_tiny_gguf
 from tests.fixtures.llama_server import LLAMA_SERVER_HEALTH_TIMEOUT_S, llama_server_argv
+from tests.fixtures.moto_server import MotoServer, moto_server
 
 # A cold llama.cpp build takes about 11 minutes on 2 cores, past pytest's 600 s per test;
 # `make test` builds it before pytest starts, but a bare pytest run builds it in a fixture.
@@ -52,3 +53,19 @@ def llama_server_url(
     with EngineServer("llama.cpp", argv, log_path=log_path, port=port) as server:
         server.wait_healthy(f"http://127.0.0.1:{port}/health", LLAMA_SERVER_HEALTH_TIMEOUT_S)
         yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    """One moto server for the session; tests that need a clean account call `.reset()`."""
+    with moto_server() as server:
+        yield server
+
+
+@pytest.fixture
+def aws(moto: MotoServer, monkeypatch: pytest.MonkeyPatch) -> MotoServer:
+    """A clean moto account, with this process's boto3 pointed at it."""
+    moto.reset()
+    for key, value in moto.env().items():
+        monkeypatch.setenv(key, value)
+    return moto
