@@ -23,6 +23,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from contract.gpus import GPU_FAMILIES
+
 __all__ = [
     "CONTEXT_KEYS",
     "DEFAULT_AMI_PARAMETER",
@@ -48,25 +50,9 @@ DEFAULT_AMI_PARAMETER = (
 ROOT_VOLUME_GIB_RANGE = (100, 4000)  # the DLAMI snapshot needs ~100; 4000 is a typo guard
 MAX_HOURS_RANGE = (1, 168)
 
-# EC2 instance families with NVIDIA GPUs that the DLAMI supports (DLAMI release notes list
-# G4dn, G5, G6, Gr6, G6e, G7, P4d, P4de, P5, P5e, P5en, P6-B200, P6-B300; G5g and P6e-GB200 on
-# arm64). AMD (g4ad), Inferentia/Trainium (inf*, trn*) and CPU families are not GPU types here.
+# EC2 instance families with NVIDIA GPUs (contract/gpus.py) -> the AMI architecture they need.
 GPU_INSTANCE_FAMILIES: Mapping[str, str] = {
-    "g4dn": "x86_64",
-    "g5": "x86_64",
-    "g6": "x86_64",
-    "g6e": "x86_64",
-    "gr6": "x86_64",
-    "g7": "x86_64",
-    "p4d": "x86_64",
-    "p4de": "x86_64",
-    "p5": "x86_64",
-    "p5e": "x86_64",
-    "p5en": "x86_64",
-    "p6-b200": "x86_64",
-    "p6-b300": "x86_64",
-    "g5g": "arm64",
-    "p6e-gb200": "arm64",
+    family: spec.cpu_arch for family, spec in GPU_FAMILIES.items()
 }
 
 CONTEXT_KEYS = (

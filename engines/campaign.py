@@ -1,0 +1,45 @@
+"""Check a campaign spec against the engine recipes, before anything is launched or served.
+
+`contract.spec` checks the spec's structure; this checks what only the recipes know: every
+arm names an engine and an arm spelling it has, its setting overrides are settings it has,
+a drafter arm is one the engine can run on the shard's GPU, and the model (and drafter)
+has a source for that engine. The agent and the launcher both call it.
+"""
+
+from __future__ import annotations
+
+from contract.gpus import gpu_family
+from contract.spec import LOCAL_INSTANCE_TYPE, CampaignSpec, SpecError
+from engines.recipes import RecipeError, check_arm, recipe_for_arm
+
+__all__ = ["check_campaign", "shard_compute_capability"]
+
+
+def shard_compute_capability(instance_type: str) -> tuple[int, int] | None:
+    """The GPU variant an instance type selects; None (CPU variant) for `local` checks."""
+    if instance_type == LOCAL_INSTANCE_TYPE:
+        return None
+    family = gpu_family(instance_type)
+    if family is None:
+        raise SpecError(f"instance_type {instance_type!r} is not a known NVIDIA GPU instance")
+    return family.compute_capability
+
+
+def check_campaign(spec: CampaignSpec) -> CampaignSpec:
+    """Raise SpecError with one line naming the shard, the arm and the reason."""
+    for shard in spec.shards:
+        gpu_cc = shard_compute_capability(shard.instance_type)
+        for arm in shard.arms:
+            where = f"shards.{shard.name}.arms.{arm}"
+            try:
+                recipe = recipe_for_arm(arm)
+                drafter = spec.drafter.source_for(recipe.name) if spec.drafter else None
+                check_arm(recipe, arm, gpu_cc, spec.arm_settings(arm), drafter=drafter)
+            except RecipeError as exc:
+                raise SpecError(f"{where}: {exc}") from exc
+            if spec.model.source_for(recipe.name) is None:
+                raise SpecError(
+                    f"{where}: model {spec.model.name!r} has no source for {recipe.name} "
+                    "(add model.sources.<engine> or model.sources.default)"
+                )
+    return spec
