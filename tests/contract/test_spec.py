@@ -50,7 +50,10 @@ def test_defaults_and_shapes_from_text():
         ("max_runtime_h = 'long'\n", "max_runtime_h: Input should be a valid number"),
         ("max_runtime_h = 500\n", "max_runtime_h: Input should be less than or equal to 168"),
         ("end_action = 'explode'\n", "end_action: Input should be 'terminate' or 'stay'"),
-        ("[suite.sweep]\nlevels = [0, 2]\n", "suite.sweep.levels: concurrency levels must be 1..1024"),
+        (
+            "[suite.sweep]\nlevels = [0, 2]\n",
+            "suite.sweep.levels: concurrency levels must be 1..1024",
+        ),
         ("[suite.sweep]\nshapes = ['512x128']\n", "shape '512x128'"),
         ("[suite.probe]\nrepeats = 0\n", "suite.probe.repeats: Input should be greater than"),
         ("[arms.sglang]\nsettings = {}\n", "arms: sglang configured but in no shard"),

@@ -1,0 +1,102 @@
+"""The engine's settings: one typed record, and the command line that fills it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_PORT = 8100
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = "random:tiny"
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    max_running: int = 64
+    max_model_len: int | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    seed: int = 0
+    batch_invariant: str = "auto"  # auto: on for CPU, off for CUDA
+    threads: int = 1
+    prefill_chunk: int = 512
+    prefill_budget: int = 2048
+    log_level: str = "info"
+
+    def batch_invariant_on(self, device_type: str) -> bool:
+        if self.batch_invariant == "auto":
+            return device_type == "cpu"
+        return self.batch_invariant == "on"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m engines.pytorch",
+        description="The project's PyTorch engine: OpenAI-compatible, continuous batching.",
+    )
+    p.add_argument(
+        "--model", default=EngineConfig.model, help="random:<name>, a local HF folder, or a hub id"
+    )
+    p.add_argument("--served-model-name", default=None, help="name clients use (default: --model)")
+    p.add_argument("--host", default=EngineConfig.host)
+    p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    p.add_argument(
+        "--max-running",
+        type=_positive,
+        default=EngineConfig.max_running,
+        help="requests decoded together at most (KV slots)",
+    )
+    p.add_argument(
+        "--max-model-len",
+        type=_positive,
+        default=None,
+        help="prompt + output tokens per request (default: the model's, capped at 8192)",
+    )
+    p.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (bf16 on sm_80+, fp16 on older GPUs, fp32 on CPU), float32, bfloat16, float16",
+    )
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    p.add_argument("--seed", type=int, default=0, help="seed of random:<name> weights")
+    p.add_argument(
+        "--batch-invariant",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="decode rows independent of batch size (auto: on for CPU, off for CUDA)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=EngineConfig.threads,
+        help="CPU threads for torch ops (0: torch's default); 1 suits small models on shared hosts",
+    )
+    p.add_argument(
+        "--prefill-chunk",
+        type=_positive,
+        default=EngineConfig.prefill_chunk,
+        help="prompt tokens per prefill forward",
+    )
+    p.add_argument(
+        "--prefill-budget",
+        type=_positive,
+        default=EngineConfig.prefill_budget,
+        help="prompt tokens prefilled between two decode steps at most",
+    )
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> EngineConfig:
+    ns = build_parser().parse_args(argv)
+    return EngineConfig(**vars(ns))

@@ -1,0 +1,149 @@
+"""The engine's Prometheus metrics and their text exposition (format 0.0.4).
+
+A handful of counters, gauges and histograms, written by the scheduler thread and read
+by the HTTP thread under one lock; no client library is needed for this little.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+PREFIX = "pytorch_engine"
+STEP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    return "{" + inner + "}"
+
+
+def _num(value: float) -> str:
+    if value == float("inf"):
+        return "+Inf"
+    return repr(float(value)) if not float(value).is_integer() else f"{value:.1f}"
+
+
+class _Histogram:
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.buckets = tuple(buckets)
+        self.counts = [0] * len(self.buckets)
+        self.total = 0.0
+        self.n = 0
+
+    def observe(self, value: float) -> None:
+        self.n += 1
+        self.total += value
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+
+
+class EngineMetrics:
+    """What the engine reports: queue sizes, tokens, requests, and time per step."""
+
+    def __init__(self, model_name: str) -> None:
+        self._lock = threading.Lock()
+        self._base = {"model_name": model_name}
+        self.running = 0
+        self.waiting = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.finished: dict[str, int] = {}
+        self.step_seconds = {
+            "prefill": _Histogram(STEP_BUCKETS_S),
+            "decode": _Histogram(STEP_BUCKETS_S),
+        }
+        self.batch_size = _Histogram(BATCH_BUCKETS)
+        self.kv_cache_bytes = 0
+
+    def set_queues(self, running: int, waiting: int) -> None:
+        with self._lock:
+            self.running, self.waiting = running, waiting
+
+    def observe_step(self, phase: str, seconds: float, rows: int, new_tokens: int) -> None:
+        with self._lock:
+            self.step_seconds[phase].observe(seconds)
+            self.generation_tokens += new_tokens
+            if phase == "decode":
+                self.batch_size.observe(rows)
+
+    def add_prompt_tokens(self, n: int) -> None:
+        with self._lock:
+            self.prompt_tokens += n
+
+    def request_finished(self, reason: str) -> None:
+        with self._lock:
+            self.finished[reason] = self.finished.get(reason, 0) + 1
+
+    def set_kv_cache_bytes(self, n: int) -> None:
+        with self._lock:
+            self.kv_cache_bytes = n
+
+    def render(self) -> str:
+        lines: list[str] = []
+
+        def metric(
+            name: str, kind: str, help_text: str, samples: list[tuple[dict[str, str], float]]
+        ) -> None:
+            full = f"{PREFIX}_{name}"
+            lines.append(f"# HELP {full} {help_text}")
+            lines.append(f"# TYPE {full} {kind}")
+            for labels, value in samples:
+                lines.append(f"{full}{_labels({**self._base, **labels})} {_num(value)}")
+
+        def histogram(name: str, help_text: str, hists: dict[str, _Histogram], label: str) -> None:
+            full = f"{PREFIX}_{name}"
+            lines.append(f"# HELP {full} {help_text}")
+            lines.append(f"# TYPE {full} histogram")
+            for key, h in hists.items():
+                extra = {label: key} if label else {}
+                for bound, count in zip(h.buckets, h.counts, strict=True):
+                    le = {**self._base, **extra, "le": _num(bound)}
+                    lines.append(f"{full}_bucket{_labels(le)} {count}")
+                lines.append(f"{full}_bucket{_labels({**self._base, **extra, 'le': '+Inf'})} {h.n}")
+                lines.append(f"{full}_sum{_labels({**self._base, **extra})} {_num(h.total)}")
+                lines.append(f"{full}_count{_labels({**self._base, **extra})} {h.n}")
+
+        with self._lock:
+            metric(
+                "requests_running", "gauge", "Requests in the running batch.", [({}, self.running)]
+            )
+            metric(
+                "requests_waiting",
+                "gauge",
+                "Requests waiting to join the batch.",
+                [({}, self.waiting)],
+            )
+            metric(
+                "prompt_tokens_total",
+                "counter",
+                "Prompt tokens prefilled.",
+                [({}, self.prompt_tokens)],
+            )
+            metric(
+                "generation_tokens_total",
+                "counter",
+                "Tokens generated.",
+                [({}, self.generation_tokens)],
+            )
+            metric(
+                "requests_finished_total",
+                "counter",
+                "Requests finished, by reason.",
+                [({"finished_reason": k}, v) for k, v in sorted(self.finished.items())],
+            )
+            metric(
+                "kv_cache_bytes",
+                "gauge",
+                "Bytes held by the KV cache pools.",
+                [({}, self.kv_cache_bytes)],
+            )
+            histogram(
+                "step_seconds", "Wall time of one model step, by phase.", self.step_seconds, "phase"
+            )
+            histogram("decode_batch_size", "Rows in one decode step.", {"": self.batch_size}, "")
+        return "\n".join(lines) + "\n"

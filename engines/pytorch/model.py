@@ -1,0 +1,296 @@
+"""Loading a model for the engine: `random:<name>` models made in code, a local Hugging Face
+folder, or a hub id, all through transformers' model classes, plus dtype and device choice.
+
+Random models are built from a transformers config with seeded random weights and the
+byte-level tokenizer of `tokenizer`; nothing is downloaded. A hub id needs network and,
+for gated models, a token that huggingface_hub reads from the environment (HF_TOKEN):
+the engine never takes a token on its command line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    Gemma4TextConfig,
+    GenerationConfig,
+    LlamaConfig,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from engines.pytorch.tokenizer import build_byte_tokenizer, generation_ids, stop_token_ids
+
+log = logging.getLogger(__name__)
+
+RANDOM_PREFIX = "random:"
+# Long enough for the sweep's 512+128 shapes with room; the cache grows only as used.
+DEFAULT_MAX_MODEL_LEN = 8192
+
+
+@dataclass(frozen=True)
+class RandomModelSpec:
+    """A model made in code: a config builder (given the tokenizer's ids) and its limits."""
+
+    name: str
+    description: str
+    build_config: Callable[[PreTrainedTokenizerBase], PretrainedConfig]
+    max_model_len: int
+
+
+def _token_ids(tok: PreTrainedTokenizerBase) -> dict[str, int]:
+    return {
+        "bos_token_id": tok.bos_token_id,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+    }
+
+
+def _tiny_config(tok: PreTrainedTokenizerBase) -> PretrainedConfig:
+    # Small enough for hundreds of tokens/s at batch 1 on one CPU core, big enough to have
+    # grouped-query attention and several layers, so the cache paths are exercised.
+    # Untied head and a wider init than transformers' 0.02: with the default, the residual
+    # stream is mostly the last token's embedding and greedy text repeats that token
+    # forever; this way greedy text varies with the context and sampling still meets EOS
+    # (about 0.4% a token), which the stop and ignore_eos tests rely on.
+    return LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=256,
+        intermediate_size=768,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=64,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        initializer_range=0.05,
+        **_token_ids(tok),
+    )
+
+
+def _tiny_gemma4_config(tok: PreTrainedTokenizerBase) -> PretrainedConfig:
+    # Gemma 4's text features at toy size: sliding and full layers with different head
+    # sizes, KV sharing in the last layers, per-layer embeddings, double-wide MLP, softcap.
+    return Gemma4TextConfig(
+        vocab_size=len(tok),
+        vocab_size_per_layer_input=len(tok),
+        hidden_size=64,
+        hidden_size_per_layer_input=8,
+        intermediate_size=128,
+        num_hidden_layers=5,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=16,
+        global_head_dim=32,
+        sliding_window=16,
+        layer_types=[
+            "sliding_attention",
+            "sliding_attention",
+            "full_attention",
+            "sliding_attention",
+            "full_attention",
+        ],
+        num_kv_shared_layers=2,
+        use_double_wide_mlp=True,
+        final_logit_softcapping=30.0,
+        max_position_embeddings=4096,
+        **_token_ids(tok),
+    )
+
+
+def _gemma4_e2b_config(tok: PreTrainedTokenizerBase) -> PretrainedConfig:
+    # google/gemma-4-E2B-it's text_config: 35 layers (4 sliding : 1 full), width 1536,
+    # 8 query heads and 1 KV head, head size 256 (sliding) / 512 (full), a 512-token
+    # window, the last 20 layers reusing KV, per-layer embeddings of 256 over the full
+    # 262,144-token vocabulary. The byte tokenizer only supplies the special-token ids.
+    return Gemma4TextConfig(
+        vocab_size=262_144,
+        vocab_size_per_layer_input=262_144,
+        hidden_size=1536,
+        hidden_size_per_layer_input=256,
+        intermediate_size=6144,
+        num_hidden_layers=35,
+        num_attention_heads=8,
+        num_key_value_heads=1,
+        head_dim=256,
+        global_head_dim=512,
+        sliding_window=512,
+        layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7,
+        num_kv_shared_layers=20,
+        use_double_wide_mlp=True,
+        attention_k_eq_v=False,
+        final_logit_softcapping=30.0,
+        hidden_activation="gelu_pytorch_tanh",
+        rms_norm_eps=1e-6,
+        max_position_embeddings=131_072,
+        rope_parameters={
+            "full_attention": {
+                "rope_type": "proportional",
+                "partial_rotary_factor": 0.25,
+                "rope_theta": 1_000_000.0,
+            },
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+        },
+        tie_word_embeddings=True,
+        **_token_ids(tok),
+    )
+
+
+RANDOM_MODELS: dict[str, RandomModelSpec] = {
+    spec.name: spec
+    for spec in (
+        RandomModelSpec("tiny", "4-layer Llama, width 256, CPU tests", _tiny_config, 4096),
+        RandomModelSpec(
+            "tiny-gemma4", "Gemma 4 text features at toy size", _tiny_gemma4_config, 4096
+        ),
+        RandomModelSpec(
+            "gemma-4-e2b",
+            "Gemma 4 E2B text architecture (~5.1B stored params), GPU benchmarks",
+            _gemma4_e2b_config,
+            DEFAULT_MAX_MODEL_LEN,
+        ),
+    )
+}
+
+
+def resolve_device(spec: str) -> torch.device:
+    """`auto` is the first CUDA device when there is one, else the CPU."""
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(spec)
+
+
+def resolve_dtype(spec: str, device: torch.device) -> torch.dtype:
+    """`auto`: bf16 where the GPU computes in it (sm_80+), fp16 on older GPUs such as
+    sm_75 (Turing has no bf16 datapath), float32 on CPU."""
+    if spec == "auto":
+        if device.type == "cuda":
+            major, _minor = torch.cuda.get_device_capability(device)
+            return torch.bfloat16 if major >= 8 else torch.float16
+        return torch.float32
+    names = {
+        "float32": torch.float32,
+        "fp32": torch.float32,
+        "bfloat16": torch.bfloat16,
+        "bf16": torch.bfloat16,
+        "float16": torch.float16,
+        "fp16": torch.float16,
+        "half": torch.float16,
+    }
+    if spec not in names:
+        raise ValueError(f"--dtype: unknown dtype {spec!r}; use auto or one of {sorted(names)}")
+    return names[spec]
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to serve: weights on the device, tokenizer, and the engine's limits."""
+
+    name: str
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+    dtype: torch.dtype
+    max_model_len: int
+    eos_token_ids: list[int] = field(default_factory=list)
+    # Ids the model may generate; None: every id the tokenizer has.
+    output_ids: list[int] | None = None
+
+    @property
+    def tokenizer_vocab_size(self) -> int:
+        return len(self.tokenizer)
+
+
+def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    ids: list[int] = []
+    gen = getattr(model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None) if gen is not None else None
+    for candidate in (eos, tokenizer.eos_token_id):
+        if candidate is None:
+            continue
+        for i in candidate if isinstance(candidate, list | tuple) else [candidate]:
+            if int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def build_random_model(
+    name: str, *, dtype: torch.dtype, device: torch.device, seed: int = 0
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, int]:
+    """A random model by registry name: seeded weights, the byte tokenizer, its max length."""
+    if name not in RANDOM_MODELS:
+        known = ", ".join(f"{RANDOM_PREFIX}{n}" for n in RANDOM_MODELS)
+        raise ValueError(f"--model: unknown random model {RANDOM_PREFIX}{name}; known: {known}")
+    spec = RANDOM_MODELS[name]
+    tokenizer = build_byte_tokenizer()
+    config = spec.build_config(tokenizer)
+    torch.manual_seed(seed)
+    # Built straight on the device in the serving dtype: the E2B size in float32 on a
+    # host would need ~20 GB first.
+    with device:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=stop_token_ids(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return model, tokenizer, spec.max_model_len
+
+
+def load_model(
+    spec: str,
+    *,
+    dtype: str = "auto",
+    device: str = "auto",
+    seed: int = 0,
+    max_model_len: int | None = None,
+    served_name: str | None = None,
+) -> LoadedModel:
+    """Load `random:<name>`, a local folder, or a hub id; eval mode, on the device."""
+    dev = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, dev)
+    output_ids: list[int] | None = None
+    if spec.startswith(RANDOM_PREFIX):
+        model, tokenizer, native_len = build_random_model(
+            spec.removeprefix(RANDOM_PREFIX), dtype=torch_dtype, device=dev, seed=seed
+        )
+        output_ids = generation_ids(tokenizer)
+    else:
+        source = str(Path(spec).expanduser()) if Path(spec).expanduser().exists() else spec
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype).to(dev)
+        text_config = model.config.get_text_config()
+        native_len = int(getattr(text_config, "max_position_embeddings", DEFAULT_MAX_MODEL_LEN))
+    model.eval()
+    limit = min(native_len, DEFAULT_MAX_MODEL_LEN) if max_model_len is None else max_model_len
+    if limit > native_len:
+        raise ValueError(f"--max-model-len {limit} exceeds the model's {native_len} positions")
+    loaded = LoadedModel(
+        name=served_name or spec,
+        model=model,
+        tokenizer=tokenizer,
+        device=dev,
+        dtype=torch_dtype,
+        max_model_len=limit,
+        eos_token_ids=_eos_ids(model, tokenizer),
+        output_ids=output_ids,
+    )
+    n_params = sum(p.numel() for p in model.parameters())
+    log.info(
+        "loaded %s: %s, %.1fM params, %s on %s, max_model_len %d, eos %s",
+        loaded.name,
+        type(model).__name__,
+        n_params / 1e6,
+        torch_dtype,
+        dev,
+        limit,
+        loaded.eos_token_ids,
+    )
+    return loaded

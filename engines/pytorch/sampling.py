@@ -1,0 +1,107 @@
+"""Sampling: each request's parameters and the choice of its next token from the logits.
+
+Greedy is the arg-max. Otherwise temperature, then top-k and top-p truncation, then a
+draw from the request's own generator: seeded when the request gives a seed, so a seeded
+request draws the same tokens whatever else runs beside it. `min_tokens` hides the stop
+tokens (EOS and `stop_token_ids`) until that many tokens exist; `ignore_eos` hides EOS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+# Below this a temperature is treated as greedy (as vLLM does), so that 1e-9 does not
+# divide the logits into infinities.
+GREEDY_EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Everything that decides which tokens a request gets and when it stops."""
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1: no top-k
+    seed: int | None = None
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
+    skip_special_tokens: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_EPS
+
+
+@dataclass
+class SamplerState:
+    """One request's sampling state: its parameters, generator and the ids that stop it."""
+
+    params: SamplingParams
+    eos_token_ids: tuple[int, ...]
+    generator: torch.Generator | None = None
+    stop_ids: frozenset[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        eos = () if self.params.ignore_eos else self.eos_token_ids
+        self.stop_ids = frozenset((*eos, *self.params.stop_token_ids))
+
+    @classmethod
+    def create(
+        cls, params: SamplingParams, eos_token_ids: list[int], device: torch.device
+    ) -> SamplerState:
+        generator = None
+        if not params.greedy:
+            generator = torch.Generator(device=device)
+            if params.seed is not None:
+                generator.manual_seed(params.seed)
+            else:
+                generator.seed()
+        return cls(params=params, eos_token_ids=tuple(eos_token_ids), generator=generator)
+
+    def banned_ids(self, num_generated: int) -> list[int]:
+        """Ids this request may not draw now."""
+        banned: set[int] = set()
+        if self.params.ignore_eos:
+            banned.update(self.eos_token_ids)
+        if num_generated < self.params.min_tokens:
+            banned.update(self.stop_ids)
+            banned.update(self.eos_token_ids)
+        return sorted(banned)
+
+
+def _sample_row(logits: torch.Tensor, state: SamplerState) -> int:
+    params = state.params
+    logits = logits / params.temperature
+    if params.top_k > 0 and params.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, params.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        cumulative = torch.cumsum(sorted_probs, dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = cumulative - sorted_probs >= params.top_p
+        sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_probs)
+    return int(torch.multinomial(probs, 1, generator=state.generator).item())
+
+
+@torch.inference_mode()
+def choose_token(logits: torch.Tensor, state: SamplerState, num_generated: int) -> int:
+    """Next token from one row of logits (vocab,), float32; the row may be modified.
+
+    The scheduler calls this row by row, so one request's failure (say, NaN logits)
+    stays its own and a row's choice never depends on the other rows.
+    """
+    banned = state.banned_ids(num_generated)
+    if banned:
+        logits[banned] = float("-inf")
+    if state.params.greedy:
+        return int(logits.argmax().item())
+    return _sample_row(logits, state)

@@ -1,0 +1,342 @@
+"""Continuous batching on a dedicated thread: requests join the running batch between
+decode steps, leave when they finish, and fail alone.
+
+The scheduler thread owns the model runner, the KV slots and every request's state; the
+HTTP layer talks to it only through `submit`/`abort` (thread-safe) and receives
+`StepOutput` records through a `deliver` callback that it makes safe for its event loop.
+So the event loop never waits on the model, and streams keep flowing while it runs.
+
+One iteration: take new requests and aborts; prefill waiting requests while slots are
+free (each prompt in fixed-size chunks, at most `prefill_budget` tokens per iteration,
+so a long prompt delays the running batch by one chunk, not by the whole prompt); then
+one decode step for every running request; then hand all outputs over at once.
+Prefill chunking depends only on the prompt, never on what else is waiting, so a
+request computes the same numbers whatever the load (see `runner` on batch invariance).
+
+Every request gets exactly one `StepOutput` per generated token (the last one also
+carries the finish reason), so a client that counts chunks counts tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from engines.pytorch.detokenizer import TextStream
+from engines.pytorch.metrics import EngineMetrics
+from engines.pytorch.runner import ModelRunner
+from engines.pytorch.sampling import SamplerState, SamplingParams, choose_token
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """What the HTTP layer asks for: prompt ids and sampling parameters."""
+
+    request_id: str
+    prompt_ids: tuple[int, ...]
+    params: SamplingParams
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """One request's news from one step: its new token and text, and how it ended."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str | None = None  # "stop", "length", "error"
+    stop_reason: str | int | None = None  # the stop string or stop token id, as vLLM
+    error: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+
+Deliver = Callable[[list[tuple[object, StepOutput]]], None]
+
+
+@dataclass
+class _Sequence:
+    request: GenerationRequest
+    handle: object
+    sampler: SamplerState
+    stream: TextStream
+    output_ids: list[int] = field(default_factory=list)
+    slot: int | None = None
+    prefilled: int = 0
+    done: bool = False
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.request.prompt_ids)
+
+
+class Scheduler:
+    """The batching loop and the state of every request in it."""
+
+    def __init__(
+        self,
+        runner: ModelRunner,
+        *,
+        max_running: int,
+        metrics: EngineMetrics,
+        deliver: Deliver,
+        prefill_chunk: int = 512,
+        prefill_budget: int = 2048,
+    ) -> None:
+        self.runner = runner
+        self.tokenizer = runner.loaded.tokenizer
+        self.eos_token_ids = runner.loaded.eos_token_ids
+        self.max_model_len = runner.loaded.max_model_len
+        self.max_running = max_running
+        self.metrics = metrics
+        self.deliver = deliver
+        self.prefill_chunk = prefill_chunk
+        self.prefill_budget = max(prefill_budget, prefill_chunk)
+        self._inbox: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self._by_id: dict[str, _Sequence] = {}
+        self._free_slots = list(range(max_running - 1, -1, -1))
+        self._outbox: list[tuple[object, StepOutput]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
+
+    # -- the HTTP side (any thread) -------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._inbox.put(("wake", None))
+        self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, request: GenerationRequest, handle: object) -> None:
+        """Queue a request; its outputs are delivered with `handle`."""
+        self._inbox.put(("submit", (request, handle)))
+
+    def abort(self, request_id: str) -> None:
+        """Drop a request (its client went away); nothing more is delivered for it."""
+        self._inbox.put(("abort", request_id))
+
+    # -- the scheduler thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        log.info("scheduler started: %d slots", self.max_running)
+        while not self._stop.is_set():
+            try:
+                self._iteration()
+            except Exception:
+                # A bug outside the per-request guards: fail what is in flight rather
+                # than leave clients hanging, and keep serving.
+                log.exception("scheduler iteration failed; failing the requests in flight")
+                for seq in [*self._running, *self._waiting]:
+                    self._finish_error(seq, "internal error in the engine's scheduler")
+                self._running.clear()
+                self._waiting.clear()
+            finally:
+                self._flush()
+        log.info("scheduler stopped")
+
+    def _iteration(self) -> None:
+        idle = not self._running and not self._waiting
+        self._take_inbox(block=idle)
+        if self._waiting:
+            self._prefill_waiting()
+        if self._running:
+            self._decode_step()
+        self.metrics.set_queues(len(self._running), len(self._waiting))
+        self.metrics.set_kv_cache_bytes(self.runner.cache.nbytes())
+
+    def _take_inbox(self, block: bool) -> None:
+        try:
+            kind, item = self._inbox.get(timeout=IDLE_POLL_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            self._handle(kind, item)
+            try:
+                kind, item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _handle(self, kind: str, item: object) -> None:
+        if kind == "submit":
+            request, handle = item  # type: ignore[misc]
+            self._add(request, handle)
+        elif kind == "abort":
+            seq = self._by_id.get(str(item))
+            if seq is not None and not seq.done:
+                self._release(seq)
+                self.metrics.request_finished("abort")
+
+    def _add(self, request: GenerationRequest, handle: object) -> None:
+        params = request.params
+        try:
+            sampler = SamplerState.create(params, self.eos_token_ids, self.runner.device)
+        except Exception as e:  # e.g. a seed the generator refuses
+            self._emit(
+                handle, StepOutput("", (), len(request.prompt_ids), 0, "error", error=str(e))
+            )
+            return
+        stream = TextStream(
+            self.tokenizer,
+            stop=params.stop,
+            include_stop=params.include_stop_str_in_output,
+            skip_special_tokens=params.skip_special_tokens,
+        )
+        seq = _Sequence(request=request, handle=handle, sampler=sampler, stream=stream)
+        self._by_id[request.request_id] = seq
+        self._waiting.append(seq)
+
+    def _prefill_waiting(self) -> None:
+        budget = self.prefill_budget
+        spent = 0
+        while self._waiting and not self._stop.is_set():
+            seq = self._waiting[0]
+            if seq.slot is None:
+                if not self._free_slots:
+                    return
+                seq.slot = self._free_slots.pop()
+            chunk = min(self.prefill_chunk, seq.prompt_len - seq.prefilled)
+            if spent and spent + chunk > budget:
+                return
+            spent += chunk
+            start = seq.prefilled
+            ids = list(seq.request.prompt_ids[start : start + chunk])
+            t0 = time.perf_counter()
+            try:
+                logits = self.runner.prefill(seq.slot, ids, start)
+            except Exception as e:
+                log.exception("prefill failed for %s", seq.request.request_id)
+                self._waiting.popleft()
+                self._finish_error(seq, f"prefill failed: {e}")
+                continue
+            seq.prefilled += chunk
+            self.metrics.add_prompt_tokens(chunk)
+            if seq.prefilled < seq.prompt_len:
+                self.metrics.observe_step("prefill", time.perf_counter() - t0, 1, 0)
+                continue
+            self._waiting.popleft()
+            self._running.append(seq)
+            self._accept(seq, logits)
+            self.metrics.observe_step("prefill", time.perf_counter() - t0, 1, 1)
+            # The first token goes out now, not after the other prefills and the decode
+            # step of this iteration: time to first token is this request's own prefill.
+            self._flush()
+
+    def _decode_step(self) -> None:
+        rows = list(self._running)
+        t0 = time.perf_counter()
+        try:
+            logits = self._decode(rows)
+        except Exception:
+            log.exception("batched decode of %d rows failed; retrying rows one by one", len(rows))
+            logits = None
+        if logits is None:
+            for seq in rows:
+                try:
+                    self._accept(seq, self._decode([seq])[0])
+                except Exception as e:
+                    log.exception("decode failed for %s", seq.request.request_id)
+                    self._finish_error(seq, f"decode failed: {e}")
+        else:
+            for seq, row in zip(rows, logits, strict=True):
+                self._accept(seq, row)
+        self._running = [s for s in self._running if not s.done]
+        self.metrics.observe_step("decode", time.perf_counter() - t0, len(rows), len(rows))
+
+    def _decode(self, rows: list[_Sequence]) -> torch.Tensor:
+        slots = [s.slot for s in rows]
+        tokens = [s.output_ids[-1] for s in rows]
+        positions = [s.prompt_len + len(s.output_ids) - 1 for s in rows]
+        return self.runner.decode(slots, tokens, positions)  # type: ignore[arg-type]
+
+    def _accept(self, seq: _Sequence, logits: torch.Tensor) -> None:
+        """Choose the sequence's next token from its logits, stream it, maybe finish it."""
+        params = seq.request.params
+        try:
+            token = choose_token(logits, seq.sampler, len(seq.output_ids))
+            seq.output_ids.append(token)
+            n = len(seq.output_ids)
+            text = seq.stream.add(token, check_stop=n >= params.min_tokens)
+        except Exception as e:
+            log.exception("sampling failed for %s", seq.request.request_id)
+            self._finish_error(seq, f"sampling failed: {e}")
+            return
+        finish: str | None = None
+        stop_reason: str | int | None = None
+        if token in seq.sampler.stop_ids and n >= params.min_tokens:
+            finish = "stop"
+            stop_reason = token if token in params.stop_token_ids else None
+        elif seq.stream.stopped_by is not None:
+            finish, stop_reason = "stop", seq.stream.stopped_by
+        elif n >= params.max_tokens or seq.prompt_len + n >= self.max_model_len:
+            finish = "length"
+        if finish is not None:
+            text += seq.stream.finish()
+            self._release(seq)
+            self.metrics.request_finished(finish)
+        self._emit(
+            seq.handle,
+            StepOutput(
+                text=text,
+                token_ids=(token,),
+                prompt_tokens=seq.prompt_len,
+                completion_tokens=n,
+                finish_reason=finish,
+                stop_reason=stop_reason,
+            ),
+        )
+
+    def _finish_error(self, seq: _Sequence, message: str) -> None:
+        if seq.done:
+            return
+        self._release(seq)
+        self.metrics.request_finished("error")
+        self._emit(
+            seq.handle,
+            StepOutput("", (), seq.prompt_len, len(seq.output_ids), "error", error=message),
+        )
+
+    def _release(self, seq: _Sequence) -> None:
+        """Take a sequence out of every queue and give its slot back."""
+        seq.done = True
+        self._by_id.pop(seq.request.request_id, None)
+        if seq.slot is not None:
+            self._free_slots.append(seq.slot)
+            seq.slot = None
+        if seq in self._waiting:
+            self._waiting.remove(seq)
+        if seq in self._running:
+            self._running.remove(seq)
+
+    def _emit(self, handle: object, output: StepOutput) -> None:
+        self._outbox.append((handle, output))
+
+    def _flush(self) -> None:
+        if not self._outbox:
+            return
+        batch, self._outbox = self._outbox, []
+        try:
+            self.deliver(batch)
+        except Exception:
+            log.exception("delivering %d outputs failed", len(batch))

@@ -1,0 +1,101 @@
+"""The project's own PyTorch engine (engines/pytorch): `python -m engines.pytorch`.
+
+Nothing to install beyond the project and its torch. Its CLI (engines/pytorch/config.py) is
+`--model M --host H --port P --max-running N --dtype D [--max-model-len L] [--threads T]`.
+dtype follows the seeds: bfloat16 on sm_80+, float16 on Turing (seed 001: the T4 measured
+19.51 TFLOPS fp16 against 2.82 fp32), float32 on CPU. Unlike the seeds' engine, which
+served one request at a time, this one batches; max_running defaults to the sweep's 64.
+"""
+
+from __future__ import annotations
+
+from engines.recipes.schema import (
+    DrafterRefusal,
+    EngineRecipe,
+    Flag,
+    GpuVariant,
+    ReadyCheck,
+    SettingSpec,
+)
+
+__all__ = ["RECIPE"]
+
+RECIPE = EngineRecipe(
+    name="pytorch",
+    display_name="PyTorch (this project's engine)",
+    arm_prefix="pytorch",
+    version="project",
+    version_note="the project's own engine at the agent's git sha",
+    install=(),
+    serve=(
+        "{python}",
+        "-m",
+        "engines.pytorch",
+        "--model",
+        "{model}",
+        "--host",
+        "{host}",
+        "--port",
+        "{port}",
+    ),
+    flags=(
+        Flag(setting="max_running", flag="--max-running"),
+        Flag(setting="dtype", flag="--dtype"),
+        Flag(setting="context", flag="--max-model-len"),
+        Flag(setting="threads", flag="--threads"),
+    ),
+    settings={
+        "max_running": SettingSpec(
+            type="int",
+            default=64,
+            minimum=1,
+            help="requests decoded together at most (KV slots)",
+            source="derived: the seeds' sweep goes to 64 (their engine served one at a time)",
+        ),
+        "dtype": SettingSpec(
+            type="str",
+            default="bfloat16",
+            choices=("auto", "float32", "bfloat16", "float16"),
+            help="weights and activations dtype",
+            source="seed 000 (L4): bf16; seed 001 (T4): fp16",
+        ),
+        "context": SettingSpec(
+            type="int",
+            default=None,
+            minimum=1,
+            help="prompt + output tokens per request (None: the model's, capped at 8192)",
+            source="derived",
+        ),
+        "threads": SettingSpec(
+            type="int",
+            default=None,
+            minimum=0,
+            help="CPU threads for torch ops (None: the engine's default, 1)",
+            source="derived",
+        ),
+    },
+    port=8100,
+    ready=ReadyCheck(
+        health_path="/health",
+        health_timeout_s=900.0,
+        first_completion_timeout_s=300.0,
+        why="seeds: 94-236 s to ready (weights load and warm-up)",
+    ),
+    thinking_off={"chat_template_kwargs": {"enable_thinking": False}},
+    force_output="ignore_eos+min_tokens",
+    env_names=("HF_TOKEN",),
+    requires_gpu=False,
+    variants={
+        "cpu": GpuVariant(
+            settings={"dtype": "float32"},
+            why="CPU: float32 (the engine's own thread default, 1, suits a shared host)",
+        ),
+        "sm_75": GpuVariant(
+            settings={"dtype": "float16"},
+            why="seed 001: no bf16 on Turing; fp16 prompt reads",
+        ),
+    },
+    drafter=DrafterRefusal(reason="the project's PyTorch engine has no speculative decoding"),
+    version_probe=("{python}", "-c", "import torch; print(torch.__version__, torch.version.cuda)"),
+    build_id="pytorch-engine-{variant}",
+)

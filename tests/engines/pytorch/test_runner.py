@@ -1,0 +1,98 @@
+"""Model steps on the slot cache: decode rows are bitwise independent of the batch they
+run in, and the cache path computes what transformers' own forward computes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engines.pytorch.model import LoadedModel, load_model
+from engines.pytorch.runner import ModelRunner
+
+NEW_TOKENS = 24
+
+
+@pytest.fixture(scope="module", params=["tiny", "tiny-gemma4"])
+def loaded(request: pytest.FixtureRequest) -> LoadedModel:
+    torch.set_num_threads(1)
+    return load_model(f"random:{request.param}", device="cpu", seed=0)
+
+
+def _prompts(n: int) -> list[list[int]]:
+    # Different lengths, some past tiny-gemma4's 16-token sliding window.
+    return [[257, *[(31 * i + 7 * j) % 250 + 1 for j in range(3 + 5 * i)]] for i in range(n)]
+
+
+def _greedy(runner: ModelRunner, prompts: dict[int, list[int]]) -> dict[int, list[int]]:
+    """Prefill each prompt in its own slot, then decode all of them together."""
+    out = {s: [int(runner.prefill(s, p).argmax())] for s, p in prompts.items()}
+    slots = list(prompts)
+    for _ in range(NEW_TOKENS - 1):
+        logits = runner.decode(
+            slots,
+            [out[s][-1] for s in slots],
+            [len(prompts[s]) + len(out[s]) - 1 for s in slots],
+        )
+        for row, s in enumerate(slots):
+            out[s].append(int(logits[row].argmax()))
+    return out
+
+
+def test_batch_of_8_equals_batch_of_1_bitwise(loaded: LoadedModel) -> None:
+    runner = ModelRunner(loaded, num_slots=8, batch_invariant=True)
+    prompts = _prompts(8)
+    together = _greedy(runner, dict(enumerate(prompts)))
+    alone = {}
+    for i, p in enumerate(prompts):
+        alone.update(_greedy(runner, {7 - i: p}))  # another slot than before, on purpose
+    assert [together[i] for i in range(8)] == [alone[7 - i] for i in range(8)]
+    # and the logits themselves, not just their arg-max
+    runner.prefill(0, prompts[3])
+    runner.prefill(5, prompts[4])
+    pos = [len(prompts[3]), len(prompts[4])]
+    both = runner.decode([0, 5], [9, 9], pos)
+    one = runner.decode([5], [9], pos[1:])
+    assert torch.equal(both[1], one[0])
+
+
+def test_cache_path_matches_transformers_forward(loaded: LoadedModel) -> None:
+    runner = ModelRunner(loaded, num_slots=4, batch_invariant=True)
+    prompts = _prompts(4)
+    generated = _greedy(runner, dict(enumerate(prompts)))
+    reference = loaded.model
+    previous = reference.config._attn_implementation
+    reference.set_attn_implementation("sdpa")
+    try:
+        with torch.inference_mode():
+            for i, p in enumerate(prompts):
+                seq = p + generated[i]
+                logits = reference(input_ids=torch.tensor([seq])).logits[0]
+                if runner.banned_ids is not None:  # the ids a random model may not generate
+                    logits = logits.masked_fill(runner.banned_ids, float("-inf"))
+                predicted = logits[len(p) - 1 : -1].argmax(-1).tolist()
+                assert predicted == generated[i], f"prompt {i}"
+    finally:
+        reference.set_attn_implementation(previous)
+
+
+def test_chunked_prefill_matches_one_shot(loaded: LoadedModel) -> None:
+    runner = ModelRunner(loaded, num_slots=2, batch_invariant=True)
+    prompt = _prompts(8)[7]  # 39 tokens
+    whole = runner.prefill(0, prompt)
+    runner.prefill(1, prompt[:10])
+    runner.prefill(1, prompt[10:25], start=10)
+    chunked = runner.prefill(1, prompt[25:], start=25)
+    torch.testing.assert_close(chunked, whole, rtol=1e-4, atol=1e-4)
+
+
+def test_cache_grows_and_keeps_contents(loaded: LoadedModel) -> None:
+    runner = ModelRunner(loaded, num_slots=2, batch_invariant=True)
+    runner.cache.capacity = 8  # force growth before any pool exists
+    prompt = _prompts(8)[6]
+    first = runner.prefill(0, prompt[:6])
+    assert runner.cache.capacity == 8
+    logits = runner.prefill(0, prompt[6:], start=6)
+    assert runner.cache.capacity >= len(prompt)
+    fresh = ModelRunner(loaded, num_slots=2, batch_invariant=True)
+    torch.testing.assert_close(logits, fresh.prefill(1, prompt), rtol=1e-4, atol=1e-4)
+    assert first.shape == logits.shape

@@ -1,0 +1,160 @@
+"""Continuous batching with a stand-in runner (no model): requests join between decode
+steps, leave without stalling others, and a failing request fails alone."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from engines.pytorch.metrics import EngineMetrics
+from engines.pytorch.sampling import SamplingParams
+from engines.pytorch.scheduler import GenerationRequest, Scheduler, StepOutput
+from engines.pytorch.tokenizer import build_byte_tokenizer
+
+VOCAB = 263
+POISON_PROMPT = 99  # a prompt starting with this id fails in prefill
+POISON_TOKEN = 150  # a decode row fed this id fails
+
+
+@dataclass
+class _Loaded:
+    tokenizer: Any = field(default_factory=build_byte_tokenizer)
+    eos_token_ids: list[int] = field(default_factory=lambda: [258])
+    max_model_len: int = 256
+
+
+class _Cache:
+    def nbytes(self) -> int:
+        return 0
+
+
+class FakeRunner:
+    """Next token = previous token + 1 (mod 200, skipping 0); records decode batch sizes."""
+
+    def __init__(self) -> None:
+        self.loaded = _Loaded()
+        self.device = torch.device("cpu")
+        self.cache = _Cache()
+        self.batch_sizes: list[int] = []
+
+    @staticmethod
+    def _logits(after: int) -> torch.Tensor:
+        row = torch.zeros(VOCAB)
+        row[after % 200 + 1] = 10.0
+        return row
+
+    def prefill(self, slot: int, token_ids: list[int], start: int = 0) -> torch.Tensor:
+        if start == 0 and token_ids[0] == POISON_PROMPT:
+            raise RuntimeError("poisoned prompt")
+        return self._logits(token_ids[-1])
+
+    def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor:
+        if POISON_TOKEN in tokens:
+            raise RuntimeError("poisoned row")
+        self.batch_sizes.append(len(slots))
+        time.sleep(0.002)  # a step takes time, so later requests arrive mid-run
+        return torch.stack([self._logits(t) for t in tokens])
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.outputs: dict[str, list[StepOutput]] = {}
+        self.lock = threading.Lock()
+
+    def deliver(self, batch: list[tuple[object, StepOutput]]) -> None:
+        with self.lock:
+            for handle, out in batch:
+                self.outputs.setdefault(str(handle), []).append(out)
+
+    def wait(self, ids: list[str], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.lock:
+                if all(self.outputs.get(i) and self.outputs[i][-1].finished for i in ids):
+                    return
+            time.sleep(0.01)
+        raise AssertionError(f"not finished in {timeout}s: {ids}")
+
+
+def _request(rid: str, prompt: list[int], max_tokens: int) -> GenerationRequest:
+    return GenerationRequest(
+        rid, tuple(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0)
+    )
+
+
+def _scheduler(runner: FakeRunner, collector: Collector, max_running: int = 4) -> Scheduler:
+    return Scheduler(
+        runner,  # type: ignore[arg-type]
+        max_running=max_running,
+        metrics=EngineMetrics("fake"),
+        deliver=collector.deliver,
+        prefill_chunk=4,
+        prefill_budget=8,
+    )
+
+
+def test_requests_join_and_leave_between_steps() -> None:
+    runner, collector = FakeRunner(), Collector()
+    sched = _scheduler(runner, collector, max_running=4)
+    sched.start()
+    try:
+        sched.submit(_request("long", [5, 6, 7], 60), "long")
+        time.sleep(0.05)  # "long" is decoding alone by now
+        for i in range(5):  # one more than the free slots: the last waits for a slot
+            sched.submit(_request(f"short{i}", [10 * (i + 1)] * 9, 5), f"short{i}")
+        ids = ["long", *(f"short{i}" for i in range(5))]
+        collector.wait(ids)
+    finally:
+        sched.shutdown()
+    long_out = collector.outputs["long"]
+    assert [o.completion_tokens for o in long_out] == list(range(1, 61))
+    assert [t for o in long_out for t in o.token_ids] == [(7 + k) % 200 + 1 for k in range(60)]
+    for i in range(5):
+        outs = collector.outputs[f"short{i}"]
+        assert len(outs) == 5 and outs[-1].finish_reason == "length"
+        assert outs[-1].prompt_tokens == 9  # prefilled in chunks of 4, 4, 1
+    assert max(runner.batch_sizes) == 4  # never more rows than slots
+    assert runner.batch_sizes[0] == 1 and 1 in runner.batch_sizes[-5:]  # alone, joined, alone again
+
+
+def test_a_failing_request_fails_alone() -> None:
+    runner, collector = FakeRunner(), Collector()
+    sched = _scheduler(runner, collector)
+    sched.start()
+    try:
+        sched.submit(_request("ok1", [20], 30), "ok1")
+        sched.submit(_request("bad-prefill", [POISON_PROMPT, 1], 30), "bad-prefill")
+        sched.submit(_request("bad-decode", [POISON_TOKEN - 2], 30), "bad-decode")
+        sched.submit(_request("ok2", [40], 30), "ok2")
+        collector.wait(["ok1", "bad-prefill", "bad-decode", "ok2"])
+        assert sched.alive
+    finally:
+        sched.shutdown()
+    assert collector.outputs["bad-prefill"][-1].finish_reason == "error"
+    assert "poisoned prompt" in (collector.outputs["bad-prefill"][-1].error or "")
+    bad = collector.outputs["bad-decode"]
+    assert bad[-1].finish_reason == "error" and "poisoned row" in (bad[-1].error or "")
+    assert len(bad) == 3  # two tokens, then the failing step
+    for rid in ("ok1", "ok2"):
+        outs = collector.outputs[rid]
+        assert outs[-1].finish_reason == "length" and outs[-1].completion_tokens == 30
+
+
+def test_abort_frees_the_slot_for_the_next_request() -> None:
+    runner, collector = FakeRunner(), Collector()
+    sched = _scheduler(runner, collector, max_running=1)
+    sched.start()
+    try:
+        sched.submit(_request("forever", [3], 200), "forever")
+        sched.submit(_request("next", [4], 3), "next")
+        time.sleep(0.05)
+        sched.abort("forever")
+        collector.wait(["next"])
+    finally:
+        sched.shutdown()
+    assert not collector.outputs["forever"][-1].finished
+    assert collector.outputs["next"][-1].completion_tokens == 3

@@ -1,0 +1,32 @@
+"""The in-process step timer runs end to end on the tiny model."""
+
+from __future__ import annotations
+
+from engines.pytorch.stepbench import main
+
+
+def test_stepbench_on_tiny() -> None:
+    result = main(
+        [
+            "--model",
+            "random:tiny",
+            "--device",
+            "cpu",
+            "--batches",
+            "1,2",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--prompt-len",
+            "8",
+            "--generate-tokens",
+            "4",
+            "--profile",
+        ]
+    )
+    assert [r["batch"] for r in result["decode"]] == [1, 2]
+    assert all(r["decode_tok_s"] > 0 for r in result["decode"])
+    assert result["weight_bytes_streamed"] > 0
+    assert result["generate_batch1"]["new_tokens"] == 4
+    assert result["profile_batch1"]["host_ops"] > 0
