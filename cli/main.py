@@ -10,13 +10,19 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from contract.layout import STACK_NAME
+
 __all__ = ["main"]
+
+CAMPAIGN_COMMANDS = ("launch", "status", "fetch", "cleanup")
+STACK_ENV = "BENCH_STACK"  # overrides the stack name, as --stack does
 
 
 class UserError(Exception):
@@ -147,13 +153,114 @@ def _build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser(
         "run",
-        help="run the embedded default locally: a real engine on a tiny model",
-        description="Builds llama.cpp's server (once, cached), serves a tiny generated model, "
-        "runs the probe and a short sweep, and writes results under ./results/.",
+        help="run a campaign on this machine (default: the embedded local campaign)",
+        description="Runs every shard of a campaign spec here, with no cloud: installs each "
+        "engine from its recipe, serves, measures, stops. With no SPEC: our PyTorch engine "
+        "and llama.cpp (built once, cached) on tiny generated models.",
+    )
+    run.add_argument(
+        "spec", nargs="?", type=Path,
+        help="campaign TOML (default: the embedded agent/campaigns/local.toml)",
     )
     run.add_argument("--out", type=Path, default=Path("results"), help="results root (./results)")
+    run.add_argument(
+        "--gsm8k-data", type=Path,
+        help="a local copy of the GSM8K test split (else downloaded, sha256-pinned)",
+    )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    _add_campaign_parsers(sub)
     return parser
+
+
+def _add_campaign_parsers(sub: argparse._SubParsersAction) -> None:
+    """`bench launch|status|fetch|cleanup`: campaigns on AWS (cli/control.py runs them)."""
+    launch = sub.add_parser(
+        "launch",
+        help="launch a campaign on AWS: one instance per shard, spot first, then on-demand",
+        description="Validate the spec, upload it to the stack's bucket and start one "
+        "instance per shard: spot in every subnet whose zone offers the type, then "
+        "on-demand. Relaunching is safe: shards with a running instance are left alone.",
+    )
+    launch.add_argument("spec", type=Path, help="campaign spec (TOML)")
+    launch.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait until every shard's agent reports installing or later",
+    )
+    launch.add_argument(
+        "--wait-timeout-min",
+        type=float,
+        default=30.0,
+        help="--wait gives up after this many minutes (30)",
+    )
+    launch.add_argument(
+        "--quota-check",
+        action="store_true",
+        help="compare the campaign's vCPUs with the spot and on-demand quotas first",
+    )
+    _add_stack_flags(launch, bucket=True)
+
+    status = sub.add_parser(
+        "status",
+        help="campaign status: phase, job, heartbeat, ETA per shard",
+        description="Read the shards' status parameters and instance states; a running "
+        "instance whose heartbeat is older than 5 minutes is shown as stale.",
+    )
+    status.add_argument(
+        "campaign", nargs="?", help="campaign name (default: every campaign there is)"
+    )
+    status.add_argument(
+        "--watch", action="store_true", help="refresh until every shard is done or failed"
+    )
+    status.add_argument(
+        "--interval", type=float, default=30.0, help="--watch: seconds between refreshes (30)"
+    )
+    status.add_argument(
+        "--watch-max-min",
+        type=float,
+        default=24 * 60.0,
+        help="--watch: stop after this many minutes (1440)",
+    )
+    _add_stack_flags(status, bucket=False)
+
+    fetch = sub.add_parser(
+        "fetch",
+        help="download a campaign's results (resumable) and check the tarballs",
+        description="Download s3://<bucket>/results/<campaign>/ into DIR/<shard>/, skipping "
+        "files already there with the same size and checksum, resuming partial downloads, "
+        "and checking each shard's tarball against its manifest.",
+    )
+    fetch.add_argument("campaign", help="campaign name")
+    fetch.add_argument(
+        "dir", nargs="?", type=Path, help="destination (default: ./results/<campaign>)"
+    )
+    _add_stack_flags(fetch, bucket=True)
+
+    cleanup = sub.add_parser(
+        "cleanup",
+        help="find this project's instances and end the ones that should have ended",
+        description="List every instance tagged bench:campaign with its age and campaign; "
+        "terminate those whose shard or campaign is finished or that are past their max "
+        "runtime; delete the status parameters of campaigns with no instance left.",
+    )
+    cleanup.add_argument("--yes", action="store_true", help="do it without asking")
+    cleanup.add_argument("--campaign", help="only this campaign's instances and parameters")
+    _add_stack_flags(cleanup, bucket=False)
+
+
+def _add_stack_flags(parser: argparse.ArgumentParser, *, bucket: bool) -> None:
+    parser.add_argument(
+        "--stack",
+        default=os.environ.get(STACK_ENV, STACK_NAME),
+        help=f"CloudFormation stack name (${STACK_ENV}, default {STACK_NAME})",
+    )
+    if bucket:
+        parser.add_argument(
+            "--bucket",
+            help="results bucket; must be the stack's (fetch: names a bucket kept after "
+            "its stack was destroyed)",
+        )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
 def _default_out(kind: str) -> Path:
@@ -285,7 +392,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from cli.local_run import run_local
 
-            return run_local(args.out)
+            return run_local(args.spec, args.out, args.gsm8k_data)
+        if args.command in CAMPAIGN_COMMANDS:
+            from cli.control import run_control
+
+            return run_control(args)
     except (UserError, ConnectionError, ValueError) as exc:
         print(f"bench {args.command}: {_one_line(exc)}", file=sys.stderr)
         return 2

@@ -6,9 +6,11 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
+from contract.evals import EvalSummary
+from contract.jobs import JobRecord
 from contract.results import ProbeSummary, SweepSummary
 
-__all__ = ["probe_table", "sweep_tables"]
+__all__ = ["eval_table", "jobs_table", "probe_table", "sweep_tables"]
 
 
 def _num(value: float | None, digits: int = 1) -> str:
@@ -66,3 +68,37 @@ def sweep_tables(rows: Sequence[tuple[str, SweepSummary]]) -> list[Table]:
         )
         tables.append(table)
     return tables
+
+
+def jobs_table(records: Sequence[JobRecord]) -> Table:
+    table = Table(title="Jobs")
+    for column in ("job", "status", "ready s", "first completion s", "J/token", "reason"):
+        table.add_column(column)
+    for r in records:
+        joules = (r.telemetry or {}).get("joules_per_output_token")
+        table.add_row(
+            r.job_id,
+            r.status,
+            _num(r.health_s, 2),
+            _num(r.first_completion_s, 2),
+            _num(joules, 4) if isinstance(joules, float) else "-",
+            r.reason or "",
+        )
+    return table
+
+
+def eval_table(rows: Sequence[tuple[str, EvalSummary]]) -> Table:
+    table = Table(title="Answer quality")
+    for column in ("arm", "eval", "score", "answered", "truncated", "failed", "time s"):
+        table.add_column(column, justify="left" if column in ("arm", "eval") else "right")
+    for arm, s in rows:
+        table.add_row(
+            arm,
+            f"{s.eval} ({s.prompt})",
+            _num(s.score, 4),
+            str(s.answered),
+            str(s.truncated),
+            str(s.failed),
+            _num(s.wall_s),
+        )
+    return table

@@ -6,8 +6,10 @@ CDK app imports this module, and so does the agent, which has no CDK.
 
 Layout (shared/DESIGN.md):
 
-    s3://<bucket>/campaigns/<campaign>/...          campaign spec, written by the launcher
-    s3://<bucket>/results/<campaign>/<shard>/...    one shard's results, written by the agent
+    s3://<bucket>/campaigns/<campaign>/spec.toml    campaign spec, written by the launcher
+    s3://<bucket>/results/<campaign>/<shard>/...    one shard's results, written by the agent:
+        jobs/<job>/...                              each finished job's folder (`done` last)
+        manifest.json, results.tar.gz               at the end: manifest, and the whole folder
     SSM parameter /bench/<campaign>/<shard>         status JSON (< 4 KB), written by the agent
 
 An instance learns its campaign and shard from its own tags (`bench:campaign`, `bench:shard`,
@@ -25,6 +27,8 @@ __all__ = [
     "AGENT_ENV_HF_SECRET_ID",
     "AGENT_ENV_REGION",
     "CAMPAIGNS_PREFIX",
+    "JOBS_DIR",
+    "MANIFEST_FILE",
     "OUTPUT_BUCKET",
     "OUTPUT_HF_SECRET_ARN",
     "OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND",
@@ -32,18 +36,28 @@ __all__ = [
     "OUTPUT_STATUS_PREFIX",
     "OUTPUT_SUBNETS_BY_AZ",
     "RESULTS_PREFIX",
+    "SPEC_FILE",
     "STACK_NAME",
     "STATUS_PARAMETER_PREFIX",
     "TAG_CAMPAIGN",
     "TAG_SHARD",
+    "TARBALL_FILE",
     "campaign_prefix",
+    "job_prefix",
     "results_prefix",
+    "spec_key",
     "status_parameter_name",
 ]
 
 # --- S3 key prefixes in the results bucket (each ends with "/") ---
 CAMPAIGNS_PREFIX = "campaigns/"
 RESULTS_PREFIX = "results/"
+
+# --- Names under those prefixes ---
+SPEC_FILE = "spec.toml"  # campaigns/<campaign>/spec.toml
+JOBS_DIR = "jobs/"  # results/<campaign>/<shard>/jobs/<job>/ (and the same in the local folder)
+MANIFEST_FILE = "manifest.json"  # results/<campaign>/<shard>/manifest.json
+TARBALL_FILE = "results.tar.gz"  # results/<campaign>/<shard>/results.tar.gz: the shard folder
 
 # --- SSM Parameter Store: one status parameter per shard, under this path ---
 STATUS_PARAMETER_PREFIX = "/bench/"
@@ -89,6 +103,15 @@ def campaign_prefix(campaign: str) -> str:
     return f"{CAMPAIGNS_PREFIX}{_check_name('campaign', campaign)}/"
 
 
+def spec_key(campaign: str) -> str:
+    """The S3 key of a campaign's spec: `campaigns/<campaign>/spec.toml`.
+
+    Raises:
+        ValueError: the campaign name cannot be a key segment.
+    """
+    return f"{campaign_prefix(campaign)}{SPEC_FILE}"
+
+
 def results_prefix(campaign: str, shard: str | None = None) -> str:
     """The S3 key prefix of a campaign's results (`results/<campaign>/`) or of one shard's.
 
@@ -97,6 +120,15 @@ def results_prefix(campaign: str, shard: str | None = None) -> str:
     """
     prefix = f"{RESULTS_PREFIX}{_check_name('campaign', campaign)}/"
     return prefix if shard is None else f"{prefix}{_check_name('shard', shard)}/"
+
+
+def job_prefix(campaign: str, shard: str, job: str) -> str:
+    """The S3 key prefix of one job's folder: `results/<campaign>/<shard>/jobs/<job>/`.
+
+    Raises:
+        ValueError: a name cannot be a key segment.
+    """
+    return f"{results_prefix(campaign, shard)}{JOBS_DIR}{_check_name('job', job)}/"
 
 
 def status_parameter_name(campaign: str, shard: str) -> str:

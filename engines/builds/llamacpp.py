@@ -622,6 +622,12 @@ def _main(argv: list[str] | None = None) -> int:
         default=None,
         help="cache root (default ${BENCH_CACHE_DIR:-~/.cache/llm-serving-bench})",
     )
+    parser.add_argument(
+        "--link-into",
+        type=Path,
+        default=None,
+        help="also link the binary into this folder (a campaign's engine bin dir on PATH)",
+    )
     parser.add_argument("--json", action="store_true", help="print the whole build record as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -636,6 +642,11 @@ def _main(argv: list[str] | None = None) -> int:
     except (LlamaCppBuildError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)  # noqa: T201 (CLI output)
         return 1
+    if args.link_into is not None:
+        args.link_into.mkdir(parents=True, exist_ok=True)
+        link = args.link_into / BINARY_NAME
+        link.unlink(missing_ok=True)
+        link.symlink_to(build.binary)
     print(json.dumps(build.to_dict(), indent=2) if args.json else build.binary)  # noqa: T201
     return 0
 

@@ -46,7 +46,15 @@ RECIPE = EngineRecipe(
         InstallStep(
             name="llama-server (CUDA)",
             kind="cmake",
-            argv=("{bench_python}", "-m", "engines.builds.llamacpp", "--cuda-arch", "{cuda_arch}"),
+            argv=(
+                "{bench_python}",
+                "-m",
+                "engines.builds.llamacpp",
+                "--cuda-arch",
+                "{cuda_arch}",
+                "--link-into",
+                "{bin_dir}",
+            ),
             why="CMake build of llama-server for this GPU's compute capability, cached",
         ),
     ),
@@ -167,14 +175,20 @@ RECIPE = EngineRecipe(
                 "cache_type_v": None,
                 # The local default measured 1 thread at ~2,700 tok/s against 85-820 with 2
                 # on a 2-core machine (the load generator needs the other core); callers
-                # on bigger machines override it (engines.local.local_threads()).
+                # on bigger machines override it (the runner passes a `threads` setting).
                 "threads": 1,
             },
             install=(
                 InstallStep(
                     name="llama-server (CPU)",
                     kind="cmake",
-                    argv=("{bench_python}", "-m", "engines.builds.llamacpp"),
+                    argv=(
+                        "{bench_python}",
+                        "-m",
+                        "engines.builds.llamacpp",
+                        "--link-into",
+                        "{bin_dir}",
+                    ),
                     why="CMake CPU build of llama-server, cached (the local default's engine)",
                 ),
             ),

@@ -47,7 +47,7 @@ SERVE_PLACEHOLDERS = frozenset(
 )
 DRAFTER_PLACEHOLDERS = SERVE_PLACEHOLDERS | {"drafter", "draft_tokens", "draft_tokens_plus_one"}
 INSTALL_PLACEHOLDERS = frozenset(
-    {"python", "bench_python", "cuda_arch", "site_packages", "patch_dir", "version"}
+    {"python", "bench_python", "cuda_arch", "site_packages", "patch_dir", "version", "bin_dir"}
 )
 _PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
 VARIANT_KEY_RE = re.compile(r"^(cpu|sm_\d{2,3}[a-z]?)$")

@@ -16,13 +16,15 @@ from agent.evals.runner import load_task, run_eval
 from contract.evals import ANSWERS_FILE, AnswerRecord, BFCLSettings, EvalSummary, GSM8KSettings
 from contract.results import SUMMARY_FILE
 from contract.suite import RequestSettings
-from engines.local import LOCAL_LLAMACPP_EXTRA_BODY
+from engines.recipes import get_recipe
 from tests.agent.evals.conftest import GSM8K_FIXTURE, GSM8K_FIXTURE_SHA256
 
 pytestmark = pytest.mark.slow
 
 # Small caps keep the junk short: the test slots hold 2,048 tokens, prompt included.
-REQUEST = RequestSettings(force_output="none", extra_body=LOCAL_LLAMACPP_EXTRA_BODY, timeout_s=120)
+REQUEST = RequestSettings(
+    force_output="none", extra_body=dict(get_recipe("llamacpp").request_extras), timeout_s=120
+)
 
 
 def _written(job: Path) -> tuple[list[AnswerRecord], EvalSummary]:

@@ -15,11 +15,11 @@ from agent.loadgen.sweep import run_sweep
 from agent.results import ResultWriter
 from contract.results import RequestRecord
 from contract.suite import ProbeSettings, RequestSettings, Shape, SweepSettings
-from engines.local import LOCAL_LLAMACPP_EXTRA_BODY
+from engines.recipes import get_recipe
 
 pytestmark = pytest.mark.slow
 
-REQUEST = RequestSettings(extra_body=LOCAL_LLAMACPP_EXTRA_BODY)
+REQUEST = RequestSettings(extra_body=dict(get_recipe("llamacpp").request_extras))
 
 
 def test_probe_on_llamacpp_forces_length_and_repeats_greedy_text(

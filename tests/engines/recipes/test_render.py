@@ -12,7 +12,6 @@ import pytest
 
 from contract.suite import RequestSettings
 from engines.builds.llamacpp import LLAMA_CPP_BUILD_NUMBER, LLAMA_CPP_COMMIT
-from engines.local import LOCAL_LLAMACPP_EXTRA_BODY, local_llamacpp_argv, local_threads
 from engines.patches import PATCHES
 from engines.recipes import (
     RECIPES,
@@ -156,14 +155,14 @@ def test_install_steps_per_gpu():
     assert mistral_t4[0].env == {"CUDA_COMPUTE_CAP": "75"}
     mistral_l4 = render_install(get_recipe("mistralrs"), "8.9")
     assert "cuda flash-attn" in mistral_l4[0].argv and mistral_l4[0].env["CUDA_COMPUTE_CAP"] == "89"
-    llama_cpu = render_install(get_recipe("llamacpp"), None)
-    assert llama_cpu[0].argv[1:] == ("-m", "engines.builds.llamacpp")
-    llama_h200 = render_install(get_recipe("llamacpp"), "9.0")
-    assert llama_h200[0].argv[-2:] == ("--cuda-arch", "90")
+    llama_cpu = render_install(get_recipe("llamacpp"), None, bin_dir="/bin")
+    assert llama_cpu[0].argv[1:] == ("-m", "engines.builds.llamacpp", "--link-into", "/bin")
+    llama_h200 = render_install(get_recipe("llamacpp"), "9.0", bin_dir="/bin")
+    assert llama_h200[0].argv[-4:] == ("--cuda-arch", "90", "--link-into", "/bin")
     assert render_install(get_recipe("pytorch"), None) == ()
     for recipe in RECIPES.values():
         for gpu in ("7.5", "8.9"):
-            for step in render_install(recipe, gpu, site_packages="/sp"):
+            for step in render_install(recipe, gpu, site_packages="/sp", bin_dir="/bin"):
                 assert not any(PLACEHOLDER.search(a) for a in step.argv), step
 
 
@@ -182,31 +181,6 @@ def test_every_named_patch_exists():
 )  # fmt: skip
 def test_variant_key(given: object, key: str):
     assert variant_key(given) == key  # type: ignore[arg-type]
-
-
-def test_the_llamacpp_recipe_makes_the_local_stand_in_redundant():
-    """On CPU the recipe renders what engines/local.py starts today (same flags, values)."""
-    binary, model = Path("/bin/llama-server"), Path("/m/tiny.gguf")
-    served = render(
-        get_recipe("llamacpp"), "llama", None, model, 8123, binary=binary,
-        settings={"threads": local_threads()},
-    )  # fmt: skip
-    local = local_llamacpp_argv(binary, model, 8123)
-
-    def pairs(argv: list[str] | tuple[str, ...]) -> set[tuple[str, str | None]]:
-        out = set()
-        for i, a in enumerate(argv[1:], start=1):
-            if a.startswith("--"):
-                nxt = argv[i + 1] if i + 1 < len(argv) else None
-                out.add((a, nxt if nxt is not None and not nxt.startswith("--") else None))
-        return out
-
-    assert served.argv[0] == local[0]
-    assert pairs(served.argv) == pairs(local)
-    assert served.request_settings().extra_body == {
-        **LOCAL_LLAMACPP_EXTRA_BODY,
-        "chat_template_kwargs": {"enable_thinking": False},
-    }
 
 
 # -- overrides -----------------------------------------------------------------------

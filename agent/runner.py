@@ -1,0 +1,498 @@
+"""The campaign runner: one shard's jobs, one engine on the machine at a time, unattended.
+
+For each arm of the shard: install its engine (once, from its recipe), resolve its model,
+start its server, wait until it is really ready, then run its jobs (the suite items:
+probe, sweep, gsm8k, bfcl), each writing `jobs/<arm>-<item>/` and `done` when it ends well.
+A job that fails (install, start-up, crash mid-sweep) is recorded with its reason and the
+server log's tail, and the campaign goes on; a rerun skips jobs that are `done`. The
+telemetry sampler runs the whole time, every row tagged with the job running.
+
+Everything AWS-specific (status parameter, uploads, spot notice) reaches the runner
+through the small `StatusSink` / `ResultSink` protocols; locally they do nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import platform
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from agent.evals.runner import load_task, run_eval
+from agent.gpu import GpuHost
+from agent.installer import EngineInstallError, InstalledEngine, install_engine
+from agent.loadgen.client import OpenAIClient
+from agent.loadgen.probe import run_probe
+from agent.loadgen.sweep import run_sweep
+from agent.models import ModelResolveError, resolve_model
+from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
+from agent.results import ResultWriter
+from agent.supervisor import EngineError, EngineServer, port_in_use
+from agent.telemetry import TelemetrySampler
+from contract.jobs import (
+    JOB_FILE,
+    MANIFEST_FILE,
+    SERVER_LOG_FILE,
+    EngineServed,
+    HostInfo,
+    JobRecord,
+    Manifest,
+)
+from contract.results import DONE_FILE
+from contract.spec import CampaignSpec, ShardSpec
+from contract.status import Phase
+from contract.telemetry import TELEMETRY_FILE
+from engines.recipes import RecipeError, RenderedServe, recipe_for_arm, render
+from engines.recipes.render import GpuCC
+
+__all__ = ["CampaignRunner", "Job", "ResultSink", "RunOutcome", "StatusSink"]
+
+log = logging.getLogger(__name__)
+
+AGENT_VERSION = "0.1.0"
+_PHASE_OF_ITEM: Mapping[str, Phase] = {
+    "probe": "probing",
+    "sweep": "sweeping",
+    "gsm8k": "evaluating",
+    "bfcl": "evaluating",
+}
+
+
+class StatusSink(Protocol):
+    def set_phase(self, phase: Phase, *, error: str | None = None) -> None: ...
+
+    def set_job(self, index: int, total: int, job: str) -> None: ...
+
+
+class ResultSink(Protocol):
+    def upload_job(self, job: str, job_dir: Path | None = None) -> None: ...
+
+
+class _NoStatus:
+    def set_phase(self, phase: Phase, *, error: str | None = None) -> None:
+        log.info("phase: %s%s", phase, f" ({error})" if error else "")
+
+    def set_job(self, index: int, total: int, job: str) -> None:
+        log.info("job %d/%d: %s", index, total, job)
+
+
+@dataclass(frozen=True)
+class Job:
+    arm: str
+    item: str
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.arm}-{self.item}"
+
+
+@dataclass
+class RunOutcome:
+    shard_dir: Path
+    manifest: Manifest
+    records: list[JobRecord] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[JobRecord]:
+        return [r for r in self.records if r.status == "failed"]
+
+
+def _git_sha() -> str | None:
+    sha = os.environ.get("BENCH_GIT_SHA")
+    if sha:
+        return sha
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            cwd=Path(__file__).resolve().parent,
+            check=False,
+        )
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def _host() -> HostInfo:
+    return HostInfo(
+        hostname=socket.gethostname(),
+        os=platform.platform(),
+        python=platform.python_version(),
+        cpu=platform.processor() or platform.machine(),
+        cpus=os.cpu_count() or 0,
+        memory_mib=int(psutil.virtual_memory().total / 2**20),
+    )
+
+
+class CampaignRunner:
+    """Runs one shard of a campaign into `shard_dir`; see the module docstring."""
+
+    def __init__(
+        self,
+        spec: CampaignSpec,
+        shard: ShardSpec,
+        shard_dir: Path,
+        work_dir: Path,
+        *,
+        gpu: GpuHost,
+        engine_env: Mapping[str, str] | None = None,
+        status: StatusSink | None = None,
+        results: ResultSink | None = None,
+        instance: dict[str, str] | None = None,
+        should_stop: Callable[[], bool] = lambda: False,
+        gsm8k_data: Path | None = None,
+    ) -> None:
+        self.spec = spec
+        self.shard = shard
+        self.shard_dir = shard_dir
+        self.work_dir = work_dir
+        self.gpu = gpu
+        self.gpu_cc: GpuCC = gpu.compute_capability
+        # The HF token lives here and in the engines' environment only.
+        self._engine_env = dict(engine_env or {})
+        self.status: StatusSink = status or _NoStatus()
+        self.results = results
+        self.instance = instance
+        self.should_stop = should_stop
+        self.gsm8k_data = gsm8k_data
+        self.jobs = [Job(arm, item) for arm in shard.arms for item in spec.suite.items()]
+
+    # -- bookkeeping -----------------------------------------------------------------
+
+    def job_dir(self, job: Job) -> Path:
+        return self.shard_dir / "jobs" / job.job_id
+
+    def is_done(self, job: Job) -> bool:
+        return (self.job_dir(job) / DONE_FILE).exists()
+
+    def _write_record(self, job: Job, record: JobRecord) -> None:
+        folder = self.job_dir(job)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / JOB_FILE).write_text(record.model_dump_json(indent=2))
+        if record.status == "ok":
+            (folder / DONE_FILE).touch()
+        if self.results is not None:
+            self.results.upload_job(job.job_id, folder)
+
+    def _manifest(
+        self,
+        started: float,
+        sampler: TelemetrySampler,
+        engines: list[EngineServed],
+        records: list[JobRecord],
+        finished: float | None,
+    ) -> Manifest:
+        devices = [d.to_dict() for d in sampler.devices]
+        return Manifest(
+            agent_version=AGENT_VERSION,
+            git_sha=_git_sha(),
+            campaign=self.spec,
+            shard=self.shard.name,
+            host=_host(),
+            gpus=devices,
+            nvidia_driver=self.gpu.driver,
+            cuda=self.gpu.cuda,
+            instance=self.instance,
+            started_unix_s=started,
+            finished_unix_s=finished,
+            engines=engines,
+            jobs=[j.job_id for j in self.jobs],
+            jobs_ok=sorted({j.job_id for j in self.jobs if self.is_done(j)}),
+            jobs_failed=[r.job_id for r in records if r.status == "failed"],
+            sampler=sampler.stats().to_dict() if finished else None,
+        )
+
+    # -- the run ---------------------------------------------------------------------
+
+    def run(self) -> RunOutcome:
+        self.shard_dir.mkdir(parents=True, exist_ok=True)
+        started = time.time()
+        sampler = TelemetrySampler(self.shard_dir / TELEMETRY_FILE)
+        sampler.start()
+        engines: list[EngineServed] = []
+        records: list[JobRecord] = []
+        manifest_path = self.shard_dir / MANIFEST_FILE
+        manifest_path.write_text(
+            self._manifest(started, sampler, engines, records, None).model_dump_json(indent=2)
+        )
+        try:
+            for arm in self.shard.arms:
+                pending = [j for j in self.jobs if j.arm == arm and not self.is_done(j)]
+                if not pending:
+                    log.info("arm %s: every job done already; skipped", arm)
+                    continue
+                if self.should_stop():
+                    break
+                records += self._run_arm(arm, pending, sampler, engines)
+        finally:
+            stats = sampler.stop()
+            log.info("telemetry: sampler CPU %.3f s per minute", stats.cpu_s_per_min)
+            manifest = self._manifest(started, sampler, engines, records, time.time())
+            manifest_path.write_text(manifest.model_dump_json(indent=2))
+        return RunOutcome(shard_dir=self.shard_dir, manifest=manifest, records=records)
+
+    def _index(self, job: Job) -> int:
+        return self.jobs.index(job) + 1
+
+    def _fail_all(
+        self, jobs: list[Job], reason: str, engine: EngineServed | None, log_tail: str | None = None
+    ) -> list[JobRecord]:
+        now = time.time()
+        out = []
+        for job in jobs:
+            record = JobRecord(
+                job_id=job.job_id,
+                arm=job.arm,
+                item=job.item,  # type: ignore[arg-type]
+                status="failed",
+                reason=reason,
+                started_unix_s=now,
+                finished_unix_s=now,
+                engine=engine,
+                server_log_tail=log_tail,
+            )
+            self._write_record(job, record)
+            out.append(record)
+        log.error("arm %s: %d job(s) failed: %s", jobs[0].arm, len(jobs), reason)
+        self.status.set_phase("serving", error=reason)
+        return out
+
+    def _run_arm(
+        self, arm: str, jobs: list[Job], sampler: TelemetrySampler, engines: list[EngineServed]
+    ) -> list[JobRecord]:
+        self.status.set_job(self._index(jobs[0]), len(self.jobs), jobs[0].job_id)
+        try:
+            recipe = recipe_for_arm(arm)
+        except RecipeError as exc:
+            return self._fail_all(jobs, str(exc), None)
+        self.status.set_phase("installing")
+        log.info("START install %s for %s", recipe.name, arm)
+        try:
+            installed = install_engine(recipe, self.gpu_cc, self.work_dir)
+        except EngineInstallError as exc:
+            return self._fail_all(jobs, str(exc), None, exc.log_tail)
+        log.info("END install %s (%.1f s)", recipe.name, installed.install_s)
+        source = self.spec.model.source_for(recipe.name)
+        drafter_source = self.spec.drafter.source_for(recipe.name) if self.spec.drafter else None
+        try:
+            model = resolve_model(source or "", self.work_dir / "models", self._engine_env)
+            drafter = (
+                resolve_model(drafter_source, self.work_dir / "models", self._engine_env)
+                if drafter_source
+                else None
+            )
+            served = render(
+                recipe,
+                arm,
+                self.gpu_cc,
+                model,
+                settings=self.spec.arm_settings(arm),
+                drafter=drafter,
+                python=installed.python,
+                workdir=installed.folder,
+            )
+        except (ModelResolveError, RecipeError) as exc:
+            return self._fail_all(jobs, str(exc), None)
+        engine = EngineServed(
+            arm=arm,
+            engine=served.engine,
+            version=served.version,
+            build_id=served.build_id,
+            variant=served.variant,
+            argv=list(served.argv),
+            settings=dict(served.settings),
+            model=model,
+            drafter=served.drafter,
+            install_s=installed.install_s,
+        )
+        engines.append(engine)
+        return self._serve_and_run(jobs, served, engine, installed, sampler)
+
+    def _start(
+        self, served: RenderedServe, installed: InstalledEngine, log_path: Path
+    ) -> tuple[EngineServer, ReadyResult]:
+        for path, content in served.files.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(content)
+        if port_in_use(served.port, "127.0.0.1"):
+            raise EngineError(served.engine, f"port {served.port} is already in use")
+        env = {
+            **served.env,
+            **{
+                n: v
+                for n in served.env_names
+                if (v := self._engine_env.get(n) or os.environ.get(n))
+            },
+            "PATH": installed.path_env(),
+        }
+        server = EngineServer(
+            served.engine, served.argv, log_path=log_path, env=env, port=served.port
+        )
+        server.start()
+        try:
+            health_s = server.wait_healthy(served.health_url, served.ready.health_timeout_s)
+            ready = wait_ready_sync(
+                served.base_url,
+                engine=served.engine,
+                timeout_s=served.ready.first_completion_timeout_s,
+                settings=served.request_settings(),
+                health_s=health_s,
+                alive=lambda: server.running,
+            ).require()
+        except (EngineError, NotReadyError):
+            server.stop()
+            raise
+        return server, ready
+
+    def _serve_and_run(
+        self,
+        jobs: list[Job],
+        served: RenderedServe,
+        engine: EngineServed,
+        installed: InstalledEngine,
+        sampler: TelemetrySampler,
+    ) -> list[JobRecord]:
+        log_path = self.shard_dir / "servers" / f"{engine.arm}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        records: list[JobRecord] = []
+        server: EngineServer | None = None
+        ready: ReadyResult | None = None
+        try:
+            for job in jobs:
+                if self.should_stop():
+                    break
+                self.status.set_job(self._index(job), len(self.jobs), job.job_id)
+                if server is None or not server.running:
+                    self.status.set_phase("serving")
+                    log.info("START serve %s", engine.arm)
+                    try:
+                        server, ready = self._start(served, installed, log_path)
+                    except (EngineError, NotReadyError) as exc:
+                        tail = getattr(exc, "log_tail", None) or _tail(log_path)
+                        records += self._fail_all(jobs[jobs.index(job) :], str(exc), engine, tail)
+                        break
+                    sampler.track_process(server.pid)
+                records.append(self._run_job(job, served, engine, server, ready, log_path, sampler))
+        finally:
+            if server is not None:
+                log.info("END serve %s", engine.arm)
+                try:
+                    server.stop()
+                except EngineError as exc:
+                    log.error("%s", exc)
+            sampler.track_process(None)
+        return records
+
+    def _run_job(
+        self,
+        job: Job,
+        served: RenderedServe,
+        engine: EngineServed,
+        server: EngineServer,
+        ready: ReadyResult | None,
+        log_path: Path,
+        sampler: TelemetrySampler,
+    ) -> JobRecord:
+        folder = self.job_dir(job)
+        folder.mkdir(parents=True, exist_ok=True)
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        self.status.set_phase(_PHASE_OF_ITEM[job.item])
+        log.info("START job %s", job.job_id)
+        started = time.time()
+        sampler.set_job(job.job_id)
+        reason: str | None = None
+        output_tokens: int | None = None
+        try:
+            output_tokens = asyncio.run(self._item(job, served, folder))
+        except Exception as exc:  # a job's failure is data; the campaign goes on
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            if not server.running:
+                reason = f"server exited during the job (code {server.returncode}); {reason}"
+        finally:
+            sampler.set_job(None)
+        _copy_from(log_path, offset, folder / SERVER_LOG_FILE)
+        telemetry = sampler.summary(job.job_id, output_tokens).to_dict()
+        record = JobRecord(
+            job_id=job.job_id,
+            arm=job.arm,
+            item=job.item,  # type: ignore[arg-type]
+            status="failed" if reason else "ok",
+            reason=reason,
+            started_unix_s=started,
+            finished_unix_s=time.time(),
+            engine=engine,
+            health_s=ready.health_s if ready else None,
+            first_completion_s=ready.first_completion_s if ready else None,
+            ready_s=ready.ready_s if ready else None,
+            output_tokens=output_tokens,
+            server_log_tail=_tail(folder / SERVER_LOG_FILE) if reason else None,
+            telemetry=telemetry,
+        )
+        self._write_record(job, record)
+        log.info("END job %s: %s%s", job.job_id, record.status, f" ({reason})" if reason else "")
+        return record
+
+    async def _item(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
+        suite = self.spec.suite
+        writer = ResultWriter(folder)
+        if job.item == "probe" and suite.probe is not None:
+            request = served.request_settings(suite.probe.request)
+            settings = suite.probe.model_copy(update={"request": request})
+            async with OpenAIClient(
+                served.base_url, settings=request, max_connections=settings.at_once
+            ) as client:
+                probe = await run_probe(client, settings, writer)
+            if probe.e2e_tok_s is None:
+                raise RuntimeError(f"no probe request succeeded: {'; '.join(probe.errors)}")
+            return None
+        if job.item == "sweep" and suite.sweep is not None:
+            request = served.request_settings(suite.sweep.request)
+            settings = suite.sweep.model_copy(update={"request": request})
+            async with OpenAIClient(
+                served.base_url, settings=request, max_connections=max(settings.levels)
+            ) as client:
+                sweep = await run_sweep(client, settings, writer)
+            if sweep.counts["measured"] == 0:
+                raise RuntimeError(f"no cell measured ({sweep.counts})")
+            return sum(w.output_tokens for c in sweep.cells for w in c.repeats)
+        eval_settings = suite.gsm8k if job.item == "gsm8k" else suite.bfcl
+        if eval_settings is None:
+            raise ValueError(f"suite item {job.item!r} is not configured")
+        extras = {**served.extra_body, **eval_settings.request.extra_body}
+        request = eval_settings.request.model_copy(update={"extra_body": extras})
+        eval_settings = eval_settings.model_copy(update={"request": request})
+        task = await asyncio.to_thread(
+            load_task,
+            eval_settings,
+            data_path=self.gsm8k_data if job.item == "gsm8k" else None,
+            cache_dir=self.work_dir / "data",
+        )
+        summary = await run_eval(task, served.base_url, folder, model=served.served_model)
+        return summary.completion_tokens
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _copy_from(source: Path, offset: int, dest: Path) -> None:
+    try:
+        with source.open("rb") as handle:
+            handle.seek(offset)
+            dest.write_bytes(handle.read())
+    except OSError:
+        pass

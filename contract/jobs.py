@@ -1,0 +1,95 @@
+"""What the campaign runner records per job and per shard: `jobs/<job>/job.json` and
+`manifest.json`. Reports read these; the runner writes them as each job ends."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contract.spec import CampaignSpec
+
+__all__ = [
+    "JOB_FILE",
+    "MANIFEST_FILE",
+    "SERVER_LOG_FILE",
+    "EngineServed",
+    "HostInfo",
+    "JobRecord",
+    "Manifest",
+]
+
+JOB_FILE = "job.json"
+MANIFEST_FILE = "manifest.json"
+SERVER_LOG_FILE = "server.log"
+SettingValue = str | int | float | bool | None
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineServed(_Record):
+    """Exactly what served an arm: the manifest's build ids and flags."""
+
+    arm: str
+    engine: str
+    version: str
+    build_id: str
+    variant: str
+    argv: list[str]
+    settings: dict[str, SettingValue]
+    model: str
+    drafter: str | None = None
+    install_s: float | None = None
+
+
+class JobRecord(_Record):
+    """One job (arm x suite item): how it went, and the server's readiness around it."""
+
+    job_id: str
+    arm: str
+    item: Literal["probe", "sweep", "gsm8k", "bfcl"]
+    status: Literal["ok", "failed"]
+    reason: str | None = None
+    started_unix_s: float
+    finished_unix_s: float
+    engine: EngineServed | None = None
+    health_s: float | None = None
+    first_completion_s: float | None = None
+    ready_s: float | None = None
+    output_tokens: int | None = None
+    server_log_tail: str | None = Field(None, description="last lines, for failed jobs")
+    telemetry: dict[str, object] | None = Field(
+        None, description="contract.telemetry.TelemetrySummary.to_dict() for the job"
+    )
+
+
+class HostInfo(_Record):
+    hostname: str
+    os: str
+    python: str
+    cpu: str
+    cpus: int
+    memory_mib: int
+
+
+class Manifest(_Record):
+    """`manifest.json`: enough to say exactly what was measured, where and when."""
+
+    agent_version: str
+    git_sha: str | None
+    campaign: CampaignSpec
+    shard: str
+    host: HostInfo
+    gpus: list[dict[str, object]] = Field(description="contract.telemetry.GpuDeviceInfo dicts")
+    nvidia_driver: str | None = None
+    cuda: str | None = None
+    instance: dict[str, str] | None = Field(None, description="from IMDSv2 on AWS")
+    started_unix_s: float
+    finished_unix_s: float | None = None
+    engines: list[EngineServed] = Field(default_factory=list)
+    jobs: list[str] = Field(default_factory=list, description="every job of the shard, in order")
+    jobs_ok: list[str] = Field(default_factory=list)
+    jobs_failed: list[str] = Field(default_factory=list)
+    sampler: dict[str, object] | None = None
