@@ -10,7 +10,7 @@ CDK_CLI_DIR := .cache/cdk-cli
 CDK_CLI     := $(CDK_CLI_DIR)/node_modules/aws-cdk/bin/cdk
 CDK         := PATH="$(abspath $(BIN)):$$PATH" CDK_DISABLE_CLI_TELEMETRY=true $(BIN)/node $(CDK_CLI)
 
-.PHONY: setup run test lint llama-server synth deploy destroy clean
+.PHONY: setup run test lint llama-server bootstrap synth deploy destroy clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,9 @@ $(CDK_CLI): infra/cdk-cli/package.json infra/cdk-cli/package-lock.json $(STAMP)
 	mkdir -p $(CDK_CLI_DIR) && cp infra/cdk-cli/package*.json $(CDK_CLI_DIR)/
 	$(BIN)/npm ci --prefix $(CDK_CLI_DIR) --no-fund --no-audit --loglevel=error
 	@touch $@
+
+bootstrap: $(CDK_CLI)
+	$(CDK) bootstrap --no-notices $(CDK_ARGS)
 
 synth: $(CDK_CLI)
 	$(CDK) synth --quiet --no-notices
