@@ -41,7 +41,7 @@ __all__ = ["run_control"]
 
 
 def run_control(args: argparse.Namespace) -> int:
-    """Run one of `COMMANDS`; user errors become one line on stderr and status 2."""
+    """Run `bench launch|status|fetch|cleanup`; user errors: one line on stderr, status 2."""
     console = Console(highlight=False)
     # botocore logs whole request and response bodies at DEBUG; `-v` is for our own lines.
     for name in ("botocore", "boto3", "s3transfer", "urllib3"):
@@ -76,7 +76,9 @@ def _fail(command: str, message: str) -> int:
 
 
 def _launch(args: argparse.Namespace, clients: AwsClients, console: Console) -> int:
-    spec, data = load_spec_file(args.spec)
+    from engines.campaign import check_campaign  # the agent's own recipe check
+
+    spec, data = load_spec_file(args.spec, check=check_campaign)
     stack = find_stack(clients, args.stack, bucket=args.bucket)
     if args.quota_check:
         checks = check_quotas(clients, spec)
@@ -124,8 +126,12 @@ def _quota_line(check: QuotaCheck) -> str:
     extra = f", {check.note}" if check.note else ""
     line = f"{head}, quota {check.quota_vcpus:g}{extra}: {verdict}"
     if not check.ok:
-        skip = "spot is skipped" if check.market == "spot" else "on-demand will fail"
-        line += f" ({skip}; {quota_increase_command(check.quota_code, check.needed_vcpus)})"
+        then = (
+            "spot may be refused, then on-demand is used"
+            if check.market == "spot"
+            else "on-demand may be refused"
+        )
+        line += f" ({then}; {quota_increase_command(check.quota_code, check.needed_vcpus)})"
     return line
 
 

@@ -85,12 +85,30 @@ def run_bench(
 
 
 def write_spec(
-    path: Path, name: str, shards: Sequence[tuple[str, str]], max_runtime_h: float = 6
+    path: Path,
+    name: str,
+    shards: Sequence[tuple[str, str]],
+    max_runtime_h: float = 6,
+    arms: Sequence[str] = ("llama",),
 ) -> Path:
-    """A campaign spec with the fields the control plane reads."""
-    lines = [f'name = "{name}"', f"max_runtime_h = {max_runtime_h}", ""]
+    """A valid campaign spec (contract.spec) with these shards, each running `arms`."""
+    lines = [
+        f'name = "{name}"',
+        f"max_runtime_h = {max_runtime_h}",
+        "",
+        "[model]",
+        'name = "m"',
+        'sources = { default = "org/model" }',
+        "",
+    ]
     for shard, instance_type in shards:
-        lines += ["[[shards]]", f'name = "{shard}"', f'instance_type = "{instance_type}"', ""]
+        lines += [
+            "[[shards]]",
+            f'name = "{shard}"',
+            f'instance_type = "{instance_type}"',
+            f"arms = {json.dumps(list(arms))}",
+            "",
+        ]
     path.write_text("\n".join(lines))
     return path
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import boto3
 import pytest
 
+from agent.campaigns import CAMPAIGNS_DIR, LOCAL_DEFAULT
 from contract.layout import STACK_NAME, spec_key
+from contract.spec import parse_campaign
 from infra.control.stack import StackOutputs
 from tests.fixtures.moto_server import MotoServer
 from tests.infra.control.conftest import (
@@ -63,6 +65,24 @@ def test_launch_relaunch_and_resume(stack: StackOutputs, tmp_path: Path):
     assert now["s1"] != instances["s1"]["InstanceId"]
 
 
+@pytest.mark.parametrize("name", ["g6-six-engines", "t4-six-engines"])
+def test_the_shipped_campaigns_launch_as_the_readme_says(stack: StackOutputs, name: str):
+    spec = CAMPAIGNS_DIR / f"{name}.toml"
+    result = run_bench("launch", str(spec))
+    assert result.returncode == 0, result.stdout + result.stderr
+    expected = {
+        (s.name, s.instance_type) for s in parse_campaign(spec.read_text(), source=name).shards
+    }
+    launched = {(tags_of(i)["bench:shard"], i["InstanceType"]) for i in live_instances(name)}
+    assert launched == expected
+
+
+def test_the_local_campaign_is_refused(stack: StackOutputs):
+    result = run_bench("launch", str(LOCAL_DEFAULT))
+    assert result.returncode == 2 and "`bench launch` needs an EC2 type" in result.stderr
+    assert live_instances() == []
+
+
 def test_launch_wait_returns_when_the_agents_are_installing(stack: StackOutputs, tmp_path: Path):
     # The agent's first status is published before `bench launch` starts waiting, by a test
     # that cannot know the instance id yet: a record without one counts for any instance.
@@ -103,6 +123,7 @@ def test_status_shows_each_shard_and_marks_a_stale_heartbeat(stack: StackOutputs
         updated_at=now - timedelta(minutes=10),
         last_error="engine llama.cpp exited with 1",
     )
+    boto3.client("ssm").put_parameter(Name="/bench/c2/zz", Value="{oops", Type="String")
     result = run_bench("status", "c2")
     assert result.returncode == 0, result.stderr
     rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if "│" in line}
@@ -111,6 +132,7 @@ def test_status_shows_each_shard_and_marks_a_stale_heartbeat(stack: StackOutputs
     assert "probing (STALE)" in rows["s1"] and "10m ago" in rows["s1"]
     assert "engine llama.cpp exited with 1" in rows["s1"]
     assert "not launched" in rows["s2"]
+    assert "status parameter malformed" in rows["zz"]
 
     everything = run_bench("status")
     assert everything.returncode == 0 and "Campaign c2" in everything.stdout
@@ -302,15 +324,24 @@ def test_no_credentials(aws: MotoServer, tmp_path: Path, monkeypatch: pytest.Mon
     assert "no AWS credentials found" in _one_line(result.stderr)
 
 
-def test_a_spec_that_fails_validation(stack: StackOutputs, tmp_path: Path):
-    spec = tmp_path / "bad.toml"
-    spec.write_text('name = "c"\nmax_runtime_h = 6\n[[shards]]\nname = "s0"\n')
+@pytest.mark.parametrize(
+    ("arms", "type_", "expected"),
+    [
+        (
+            ("llama",),
+            "g6",
+            "shards.0.instance_type: instance_type 'g6' is not an EC2 type like g6.4xlarge",
+        ),
+        (("nonesuch",), "g6.xlarge", "shards.s0.arms.nonesuch: "),  # the recipe check
+    ],
+)
+def test_a_spec_that_fails_validation(
+    stack: StackOutputs, tmp_path: Path, arms: tuple[str, ...], type_: str, expected: str
+):
+    spec = write_spec(tmp_path / "bad.toml", "c", [("s0", type_)], arms=arms)
     result = run_bench("launch", str(spec))
     assert result.returncode == 2
-    assert _one_line(result.stderr) == (
-        f"bench launch: {spec}: shards[0].instance_type: expected an EC2 instance type like "
-        "g6.xlarge, got None"
-    )
+    assert _one_line(result.stderr).startswith(f"bench launch: {spec}: {expected}")
     assert live_instances() == []
     assert boto3.client("s3").list_objects_v2(Bucket=stack.bucket).get("KeyCount", 0) == 0
 

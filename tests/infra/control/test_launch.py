@@ -16,6 +16,7 @@ from botocore.exceptions import (
 from botocore.stub import Stubber
 
 from contract.layout import TAG_CAMPAIGN, TAG_SHARD, spec_key
+from engines.campaign import check_campaign
 from infra.control.aws import CONTROL_CONFIG, LAUNCH_CONFIG, AwsClients
 from infra.control.errors import (
     LAUNCH_ERRORS,
@@ -25,7 +26,7 @@ from infra.control.errors import (
 )
 from infra.control.launch import RETRY_LIMIT, Attempt, launch_campaign, wait_for_agents
 from infra.control.quotas import check_quotas, quota_group
-from infra.control.spec import load_spec_file
+from infra.control.spec import SpecError, load_spec_file
 from infra.control.stack import StackOutputs
 from tests.infra.control.conftest import (
     RunInstancesScript,
@@ -41,7 +42,9 @@ ICE = ("InsufficientInstanceCapacity", 500)  # EC2 answers capacity errors with 
 
 
 def _launch(clients: AwsClients, stack: StackOutputs, tmp_path: Path, shards, **kwargs):
-    spec, data = load_spec_file(write_spec(tmp_path / "spec.toml", "c1", shards))
+    spec, data = load_spec_file(
+        write_spec(tmp_path / "spec.toml", "c1", shards), check=check_campaign
+    )
     lines: list[str] = []
     sleeps: list[float] = []
     result = launch_campaign(
@@ -170,17 +173,17 @@ def test_an_unknown_error_fails_fast(clients: AwsClients, stack: StackOutputs, t
 def test_only_subnets_whose_zone_offers_the_type_are_tried(
     clients: AwsClients, stack: StackOutputs, tmp_path: Path
 ):
-    # moto's offerings: g7e.2xlarge is in us-east-1a and us-east-1c, not us-east-1b.
+    # moto's offerings: p4de.24xlarge is in us-east-1b and us-east-1c, not us-east-1a.
     script = RunInstancesScript(
-        stack, {("spot", "us-east-1a"): [ICE], ("spot", "us-east-1c"): [ICE]}
+        stack, {("spot", "us-east-1b"): [ICE], ("spot", "us-east-1c"): [ICE]}
     ).install(clients.launch_ec2)
-    result, _, _ = _launch(clients, stack, tmp_path, [("s0", "g7e.2xlarge")])
+    result, _, _ = _launch(clients, stack, tmp_path, [("s0", "p4de.24xlarge")])
     assert [(s.market, s.zone) for s in script.sent] == [
-        ("spot", "us-east-1a"),
+        ("spot", "us-east-1b"),
         ("spot", "us-east-1c"),
-        ("on-demand", "us-east-1a"),
+        ("on-demand", "us-east-1b"),
     ]
-    assert result.shards[0].availability_zone == "us-east-1a"
+    assert result.shards[0].availability_zone == "us-east-1b"
 
 
 def test_a_type_offered_in_no_zone_of_the_stack_launches_nothing(
@@ -212,6 +215,12 @@ def test_shards_launch_in_parallel_and_relaunch_is_idempotent(
     third, _, _ = _launch(clients, stack, tmp_path, shards)
     assert [s.outcome for s in third.shards] == ["running", "launched", "running"]
     assert third.shards[1].instance_id != gone and len(live_instances("c1")) == 3
+
+
+def test_local_shards_are_refused(tmp_path: Path):
+    path = write_spec(tmp_path / "l.toml", "l", [("s0", "g6.xlarge"), ("here", "local")])
+    with pytest.raises(SpecError, match=r"shards here: instance_type 'local' runs on this"):
+        load_spec_file(path, check=check_campaign)
 
 
 def test_a_changed_spec_is_refused_while_the_campaign_runs(
