@@ -41,8 +41,10 @@ __all__ = [
     "RetryPolicy",
     "call_with_retry",
     "classify",
+    "describe",
     "error_code",
     "make_client",
+    "reset_session",
 ]
 
 log = logging.getLogger(__name__)
@@ -270,7 +272,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int) -> float:
         """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        cap = min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1))
+        cap = min(self.max_delay_s, self.base_delay_s * 2 ** min(attempt - 1, 30))
         return random.uniform(cap / 2, cap)
 
 

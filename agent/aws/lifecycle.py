@@ -48,9 +48,10 @@ EndAction = Literal["terminate", "stay"]
 PowerOff = Callable[[str], None]
 
 # Tried in order until one succeeds: the systemd power-off paths on the DLAMI (Ubuntu).
-_POWEROFF_COMMANDS: tuple[tuple[str, ...], ...] = (
-    ("shutdown", "-h", "+0"),
-    ("systemctl", "poweroff"),
+# Each is (argv, whether the reason goes last as the wall message).
+_POWEROFF_COMMANDS: tuple[tuple[tuple[str, ...], bool], ...] = (
+    (("shutdown", "-h", "+0"), True),
+    (("systemctl", "poweroff"), False),
 )
 _COMMAND_TIMEOUT_S = 30.0
 
@@ -71,8 +72,8 @@ def system_power_off(reason: str, *, instance_id: str | None = None) -> None:
     """
     log.warning("powering off: %s", reason)
     _flush_logs()
-    for argv in _POWEROFF_COMMANDS:
-        full = [*argv, reason] if argv[0] == "shutdown" else list(argv)
+    for argv, with_reason in _POWEROFF_COMMANDS:
+        full = [*argv, reason] if with_reason else list(argv)
         try:
             subprocess.run(full, check=True, timeout=_COMMAND_TIMEOUT_S, capture_output=True)
             return

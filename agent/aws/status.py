@@ -28,7 +28,7 @@ from typing import Any
 from agent.aws.clients import ClientSettings, classify, describe, make_client
 from agent.aws.secrets import redact
 from contract.layout import status_parameter_name
-from contract.status import STATUS_MAX_BYTES, Market, Phase, ShardStatus
+from contract.status import STATUS_MAX_BYTES, TERMINAL_PHASES, Market, Phase, ShardStatus
 
 __all__ = ["DEFAULT_HEARTBEAT_S", "StatusPublisher"]
 
@@ -93,7 +93,7 @@ class StatusPublisher:
         self._changed = threading.Condition(self._lock)
         self._version = 1  # bumped by each change
         self._published_version = 0
-        self._job_started: float | None = None  # monotonic start of the first job
+        self._job_started: tuple[int, float] | None = None  # (index, monotonic start)
         self._stopping = False
         self._failing_since: float | None = None
         self._thread: threading.Thread | None = None
@@ -119,7 +119,7 @@ class StatusPublisher:
         changes: dict[str, Any] = {"phase": phase}
         if error is not None:
             changes["last_error"] = error
-        if phase == "done":
+        if phase in TERMINAL_PHASES:
             changes["eta"] = None
         log.info("status: phase %s", phase)
         self._update(**changes)
@@ -128,10 +128,13 @@ class StatusPublisher:
         """Job `index` (1-based) of `total` starts. Without `eta`, one is estimated from the
         mean duration of the jobs before it."""
         now_m = time.monotonic()
+        # Counted from the first job this process started: a resumed shard skips the jobs
+        # done before, which took no time here.
         if self._job_started is None:
-            self._job_started = now_m
-        if eta is None and index > 1:
-            per_job = (now_m - self._job_started) / (index - 1)
+            self._job_started = (index, now_m)
+        first_index, first_start = self._job_started
+        if eta is None and index > first_index:
+            per_job = (now_m - first_start) / (index - first_index)
             eta = self._clock() + timedelta(seconds=round(per_job * (total - index + 1)))
         self._update(job_index=index, jobs_total=total, current_job=job, eta=eta)
 

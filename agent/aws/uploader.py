@@ -56,12 +56,14 @@ from contract.results import DONE_FILE
 
 __all__ = [
     "BacklogCallback",
+    "Backoff",
     "ResultsUploader",
     "UploadError",
     "download_spec",
     "jobs_done_in_s3",
     "make_tarball",
     "restore_done_jobs",
+    "results_uri",
     "scrub_secrets",
 ]
 
@@ -83,6 +85,11 @@ def _bucket(bucket: str | None) -> str:
     if not name:
         raise UploadError(f"no results bucket: ${AGENT_ENV_BUCKET} is not set")
     return name
+
+
+def results_uri(campaign: str, shard: str, bucket: str | None = None) -> str:
+    """`s3://<bucket>/results/<campaign>/<shard>/`: where a shard's results go."""
+    return f"s3://{_bucket(bucket)}/{results_prefix(campaign, shard)}"
 
 
 # --- scrubbing ---
@@ -298,7 +305,8 @@ class Backoff:
     max_s: float = 60.0
 
     def delay(self, failures: int) -> float:
-        cap = min(self.max_s, self.base_s * 2 ** (failures - 1))
+        # The exponent is clamped: hours of failures must not overflow a float.
+        cap = min(self.max_s, self.base_s * 2 ** min(failures - 1, 30))
         return random.uniform(cap / 2, cap)
 
 
@@ -348,7 +356,7 @@ class ResultsUploader:
 
     @property
     def results_uri(self) -> str:
-        return f"s3://{self.bucket}/{self.prefix}"
+        return results_uri(self.campaign, self.shard, self.bucket)
 
     # --- queueing (never blocks on S3) ---
 
@@ -362,6 +370,9 @@ class ResultsUploader:
         """Queue a job folder (default `shard_dir/jobs/<job>`); `done` goes last."""
         job_dir = job_dir or self.shard_dir / JOBS_DIR / job
         prefix = job_prefix(self.campaign, self.shard, job)
+        if not job_dir.is_dir():
+            log.warning("upload: job folder %s does not exist; nothing to upload", job_dir)
+            return
         files = _files_under(job_dir)
         # `done` last: in S3 it promises the rest of the folder is there.
         files.sort(key=lambda p: p.relative_to(job_dir).as_posix() == DONE_FILE)

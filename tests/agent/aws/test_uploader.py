@@ -7,6 +7,7 @@ import os
 import tarfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3
@@ -45,6 +46,14 @@ def _objects(bucket: str, prefix: str = "") -> dict[str, bytes]:
     return out
 
 
+def _until(check: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(0.05)
+
+
 def _write_job(shard_dir: Path, job: str, *, done: bool = True, extra: str = "") -> Path:
     job_dir = shard_dir / "jobs" / job
     job_dir.mkdir(parents=True)
@@ -69,8 +78,11 @@ def test_job_folder_uploaded_with_done_last_and_listed(bucket: str, tmp_path: Pa
     prefix = job_prefix(CAMPAIGN, SHARD, "llamacpp.probe")
     got = _objects(bucket, prefix)
     local = tmp_path / "jobs" / "llamacpp.probe"
-    assert got == {prefix + p.relative_to(local).as_posix(): p.read_bytes()
-                   for p in local.rglob("*") if p.is_file()}
+    assert got == {
+        prefix + p.relative_to(local).as_posix(): p.read_bytes()
+        for p in local.rglob("*")
+        if p.is_file()
+    }
     probe_keys = [k for k in uploader.uploaded_keys if k.startswith(prefix)]
     assert probe_keys[-1] == prefix + "done"
     assert jobs_done_in_s3(CAMPAIGN, SHARD) == {"llamacpp.probe"}
@@ -97,23 +109,29 @@ def test_s3_down_for_a_while_loses_nothing(
         uploader = ResultsUploader(
             CAMPAIGN, SHARD, tmp_path, backoff=FAST, on_backlog=on_backlog
         ).start()
-        proxy.set_mode(failure)
-        jobs = [f"job-{i}" for i in range(3)]
-        for job in jobs:
-            _write_job(tmp_path, job)
-            uploader.upload_job(job)  # returns at once, S3 or not
-        time.sleep(2.0)  # S3 down for a while: retried, kept on disk, reported
+        try:
+            proxy.set_mode(failure)
+            down_since = time.monotonic()
+            jobs = [f"job-{i}" for i in range(3)]
+            for job in jobs:
+                _write_job(tmp_path, job)
+                uploader.upload_job(job)  # returns at once, S3 or not
+            # botocore's own retries (up to ~6 s) come before the first failure report.
+            _until(lambda: bool(reports) and reports[-1][0] == 3, timeout_s=20)
+            time.sleep(max(0.0, 2.0 - (time.monotonic() - down_since)))  # down a while
 
-        assert uploader.pending == jobs
-        assert reports and reports[-1][0] == 3 and reports[-1][1]
-        assert status.status.uploads_pending == 3 and status.status.upload_error
-        assert _objects(bucket) == {}
-        if failure == "http503":
-            assert proxy.failed_requests >= 3
-            assert "SlowDown" in (reports[-1][1] or "")
+            assert uploader.pending == jobs
+            assert reports[-1][1]
+            assert status.status.uploads_pending == 3 and status.status.upload_error
+            assert _objects(bucket) == {}
+            if failure == "http503":
+                assert proxy.failed_requests >= 3
+                assert "SlowDown" in (reports[-1][1] or "")
 
-        proxy.set_mode("forward")
-        assert uploader.close(timeout_s=20) == []
+            proxy.set_mode("forward")
+            assert uploader.close(timeout_s=30) == []
+        finally:
+            uploader.close(timeout_s=0)
         assert reports[-1] == (0, None)
         assert status.status.uploads_pending == 0
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
@@ -231,3 +249,10 @@ def test_upload_job_returns_at_once_while_s3_hangs(
         assert threading.active_count() >= 2
         proxy.set_mode("forward")
         assert uploader.close(timeout_s=20) == []
+
+
+def test_layout_names_for_spec_jobs_and_final_files():
+    assert spec_key("c1") == "campaigns/c1/spec.toml"
+    assert job_prefix("c1", "s-0", "vllm-d4.sweep") == "results/c1/s-0/jobs/vllm-d4.sweep/"
+    with pytest.raises(ValueError, match="job"):
+        job_prefix("c1", "s-0", "a/b")
