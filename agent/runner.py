@@ -19,6 +19,7 @@ import os
 import platform
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -167,6 +168,25 @@ class CampaignRunner:
         self.should_stop = should_stop
         self.gsm8k_data = gsm8k_data
         self.jobs = [Job(arm, item) for arm in shard.arms for item in spec.suite.items()]
+        self._server: EngineServer | None = None
+        self._server_lock = threading.Lock()
+        self._interrupted = threading.Event()
+
+    def interrupt(self) -> None:
+        """Stop the server of the job in progress (from another thread: a spot notice).
+
+        The job then fails fast and is recorded as failed (not done), so a relaunched shard
+        runs it again; `should_stop` keeps the runner from starting another.
+        """
+        self._interrupted.set()
+        with self._server_lock:
+            server = self._server
+        if server is not None:
+            log.warning("interrupt: stopping %s", server.engine)
+            try:
+                server.stop(grace_s=5)
+            except EngineError as exc:
+                log.error("%s", exc)
 
     # -- bookkeeping -----------------------------------------------------------------
 
@@ -382,9 +402,13 @@ class CampaignRunner:
                         tail = getattr(exc, "log_tail", None) or _tail(log_path)
                         records += self._fail_all(jobs[jobs.index(job) :], str(exc), engine, tail)
                         break
+                    with self._server_lock:
+                        self._server = server
                     sampler.track_process(server.pid)
                 records.append(self._run_job(job, served, engine, server, ready, log_path, sampler))
         finally:
+            with self._server_lock:
+                self._server = None
             if server is not None:
                 log.info("END serve %s", engine.arm)
                 try:
@@ -421,6 +445,8 @@ class CampaignRunner:
                 reason = f"server exited during the job (code {server.returncode}); {reason}"
         finally:
             sampler.set_job(None)
+        if self._interrupted.is_set():
+            reason = "interrupted (the machine is being taken away); rerun to measure"
         _copy_from(log_path, offset, folder / SERVER_LOG_FILE)
         telemetry = sampler.summary(job.job_id, output_tokens).to_dict()
         record = JobRecord(
