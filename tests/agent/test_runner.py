@@ -113,3 +113,46 @@ def test_bench_run_runs_a_spec_as_a_real_subprocess(tmp_path: Path, llama_server
     assert "llama-sweep" in result.stdout and "results:" in result.stdout
     shard = tmp_path / "out" / "runner-test" / "here"
     assert json.loads((shard / "manifest.json").read_text())["jobs_failed"] == []
+
+
+def test_an_engine_killed_mid_sweep_fails_that_job_and_the_next_job_runs(
+    tmp_path: Path, llama_server_build
+):
+    import os
+    import signal
+    import threading
+    import time
+
+    spec = check_campaign(parse_campaign(
+        SPEC.replace("{pytorch_model}", "tiny").replace('"pytorch", ', "")
+        .replace('shapes = ["64/16"]', 'shapes = ["64/512"]')
+        .replace("levels = [1, 2]\nrepeats = 1", "levels = [1, 2, 4]\nrepeats = 30")
+        + "[suite.bfcl]\nlimit = 2\nmax_tokens = 16\n"
+    ))  # fmt: skip
+    runner = CampaignRunner(
+        spec, spec.shards[0], tmp_path / "results", tmp_path / "work",
+        gpu=GpuHost(compute_capability=None),
+    )  # fmt: skip
+    sweep_dir = tmp_path / "results" / "jobs" / "llama-sweep"
+    killed = threading.Event()
+
+    def kill_during_sweep() -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (sweep_dir / "requests.jsonl").exists():
+            time.sleep(0.05)
+        with runner._server_lock:
+            server = runner._server
+        if server is not None and server.pgid is not None:
+            os.killpg(server.pgid, signal.SIGKILL)
+            killed.set()
+
+    thread = threading.Thread(target=kill_during_sweep)
+    thread.start()
+    outcome = runner.run()
+    thread.join()
+    assert killed.is_set()
+    by_job = {r.job_id: r for r in outcome.records}
+    assert by_job["llama-probe"].status == "ok"
+    assert by_job["llama-sweep"].status == "failed"
+    assert "server exited during the job" in (by_job["llama-sweep"].reason or "")
+    assert by_job["llama-bfcl"].status == "ok", by_job["llama-bfcl"].reason

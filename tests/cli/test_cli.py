@@ -131,3 +131,38 @@ def test_a_killed_sweep_keeps_what_it_measured(server: ReferenceServer, tmp_path
     done = {(c["shape"], c["concurrency"]) for c in summary["cells"]}
     for shape, level in done:
         assert sum(1 for r in measured if r["label"].startswith(f"{shape}/c{level}/r")) == 5 * level
+
+
+def test_a_full_disk_is_one_clear_line_and_keeps_what_was_written(
+    server: ReferenceServer, tmp_path: Path
+):
+    """RLIMIT_FSIZE stands in for a full disk: writes past it fail with EFBIG, as ENOSPC would."""
+    import resource
+
+    def small_disk() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+
+    result = subprocess.run(
+        [
+            BENCH,
+            "sweep",
+            server.url,
+            "--shapes",
+            "64/32",
+            "--levels",
+            "1,2,4,8",
+            "--repeats",
+            "3",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=small_disk,
+    )
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("bench sweep: cannot write") and "File too large" in last
+    kept = (tmp_path / "requests.jsonl").read_text().splitlines()
+    assert kept and all(line.startswith("{") for line in kept[:-1])

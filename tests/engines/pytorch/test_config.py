@@ -21,3 +21,17 @@ def test_bad_values_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--max-running", "0"])
     assert "--max-running" in capsys.readouterr().err
+
+
+def test_fast_path_defaults_follow_the_device() -> None:
+    cfg = parse_args([])
+    assert not cfg.batched_decode_on("cpu") and cfg.batched_decode_on("cuda")
+    assert not cfg.cuda_graphs_on("cpu") and cfg.cuda_graphs_on("cuda")
+    assert not cfg.packed_prefill_on("cpu") and cfg.packed_prefill_on("cuda")
+    # asking for invariance on CUDA brings back the row-by-row path and no graphs
+    inv = parse_args(["--batch-invariant", "on"])
+    assert not inv.batched_decode_on("cuda") and not inv.cuda_graphs_on("cuda")
+    assert not inv.packed_prefill_on("cuda")
+    fast = parse_args(["--decode-attention", "batched", "--cuda-graphs", "off"])
+    assert fast.batched_decode_on("cpu") and not fast.cuda_graphs_on("cuda")
+    assert parse_args(["--graph-warmup-len", "0"]).graph_warmup_len == 0

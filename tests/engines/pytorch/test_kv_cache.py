@@ -7,7 +7,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from engines.pytorch.kv_cache import BatchLayout, SlotKVCache, ragged_attention
+from engines.pytorch.kv_cache import (
+    BatchLayout,
+    DecodeLayout,
+    PackedLayout,
+    SlotKVCache,
+    ragged_attention,
+)
 
 CPU = torch.device("cpu")
 
@@ -87,3 +93,173 @@ def test_capacity_is_bounded() -> None:
         cache.ensure_capacity(17)
     static = SlotKVCache(num_slots=1, max_len=16, device=CPU, grow=False)
     assert static.capacity == 16
+
+
+def _decode_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int | None,
+    scale: float,
+    softcap: float | None,
+) -> torch.Tensor:
+    """The last position's attention over n keys in float64: q (H, D), k/v (KVH, n, D)."""
+    groups = q.shape[0] // k.shape[0]
+    k = k.double().repeat_interleave(groups, dim=0)
+    v = v.double().repeat_interleave(groups, dim=0)
+    n = k.shape[1]
+    scores = torch.einsum("hd,hnd->hn", q.double(), k) * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if window:
+        scores[:, : max(0, n - window)] = float("-inf")
+    return torch.einsum("hn,hnd->hd", torch.softmax(scores, dim=-1), v)
+
+
+@pytest.mark.parametrize(
+    ("window", "softcap", "kv_heads"), [(None, None, 2), (5, None, 1), (3, 20.0, 4), (None, 8.0, 1)]
+)
+def test_batched_decode_attention_matches_reference(
+    window: int | None, softcap: float | None, kv_heads: int
+) -> None:
+    """Rows of different lengths (some past the window, one of length 1) plus padding rows,
+    each equal to its own attention; padding writes only into the scratch slot."""
+    gen = torch.Generator().manual_seed(1)
+    heads, dim, capacity, real = 4, 8, 32, 5
+    rows = 8  # a bucket: rows 5..7 are padding
+    lengths = [1, 7, 12, 3, 20]
+    cache = SlotKVCache(num_slots=rows, max_len=capacity, device=CPU, grow=False, scratch_slot=True)
+    assert cache.scratch_slot == rows
+    keys = [torch.randn(kv_heads, n, dim, generator=gen) for n in lengths]
+    values = [torch.randn(kv_heads, n, dim, generator=gen) for n in lengths]
+    # The first n - 1 tokens of each row were written before (by prefill or earlier steps).
+    earlier = [(slot, 0, n - 1) for slot, n in enumerate(lengths) if n > 1]
+    cache.layout = PackedLayout.build(earlier)
+    cache.update(
+        torch.cat([keys[s][None, :, :e] for s, _b, e in earlier], dim=2),
+        torch.cat([values[s][None, :, :e] for s, _b, e in earlier], dim=2),
+        0,
+    )
+    # Positions a row may not see hold large stale values (finite, as everything a model
+    # writes is): any leak of them into a row's result would show.
+    garbage = 1e3 * torch.randn(cache.pool_slots, kv_heads, capacity, dim, generator=gen)
+    for pool in (cache.keys[0], cache.values[0]):
+        written = pool.clone()
+        pool.copy_(garbage)
+        for slot, n in enumerate(lengths):
+            pool[slot, :, : n - 1] = written[slot, :, : n - 1]
+    positions = [n - 1 for n in lengths] + [0] * (rows - real)
+    slots = list(range(real)) + [rows] * (rows - real)
+    kv_len = 32
+    layout = DecodeLayout(
+        rows=rows,
+        kv_len=kv_len,
+        slot_index=torch.tensor(slots),
+        write_positions=torch.tensor(positions),
+    )
+    cache.layout = layout
+    new_k = torch.stack([k[:, -1:] for k in keys] + [torch.randn(kv_heads, 1, dim)] * (rows - real))
+    new_v = torch.stack(
+        [v[:, -1:] for v in values] + [torch.randn(kv_heads, 1, dim)] * (rows - real)
+    )
+    kp, vp = cache.update(new_k, new_v, 0)
+    q = torch.randn(rows, heads, 1, dim, generator=gen)
+    scale = 0.3
+    out, _ = ragged_attention(
+        None,  # type: ignore[arg-type]
+        q,
+        kp,
+        vp,
+        None,
+        scaling=scale,
+        sliding_window=window,
+        softcap=softcap,
+        engine_layout=layout,
+    )
+    assert out.shape == (rows, 1, heads, dim)
+    for b in range(real):
+        expected = _decode_reference(q[b, :, 0], keys[b], values[b], window, scale, softcap)
+        torch.testing.assert_close(out[b, 0].double(), expected, rtol=1e-5, atol=1e-5)
+    # Padding wrote into the scratch slot, not into a real or a free slot.
+    torch.testing.assert_close(kp[rows, :, 0], new_k[-1, :, 0])
+    torch.testing.assert_close(kp[real:rows, :, 0], garbage[real:rows, :, 0])
+
+
+def test_batched_decode_equals_row_by_row() -> None:
+    """The batched path and the row-by-row path agree on the same pools."""
+    gen = torch.Generator().manual_seed(2)
+    heads, kv_heads, dim, capacity = 4, 2, 8, 64
+    lengths = [9, 30, 2]
+    cache = SlotKVCache(num_slots=3, max_len=capacity, device=CPU, grow=False, scratch_slot=True)
+    cache.layout = PackedLayout.build([(s, 0, n - 1) for s, n in enumerate(lengths)])
+    total = sum(n - 1 for n in lengths)
+    cache.update(
+        torch.randn(1, kv_heads, total, dim, generator=gen),
+        torch.randn(1, kv_heads, total, dim, generator=gen),
+        0,
+    )
+    k_new = torch.randn(3, kv_heads, 1, dim, generator=gen)
+    v_new = torch.randn(3, kv_heads, 1, dim, generator=gen)
+    q = torch.randn(3, heads, 1, dim, generator=gen)
+    outs = []
+    for layout in (
+        BatchLayout.build([0, 1, 2], lengths, 1, CPU),
+        DecodeLayout(
+            rows=3,
+            kv_len=64,
+            slot_index=torch.arange(3),
+            write_positions=torch.tensor([n - 1 for n in lengths]),
+        ),
+    ):
+        cache.layout = layout
+        kp, vp = cache.update(k_new, v_new, 0)
+        out, _ = ragged_attention(None, q, kp, vp, None, sliding_window=8, engine_layout=layout)  # type: ignore[arg-type]
+        outs.append(out)
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_packed_prefill_equals_one_sequence_at_a_time() -> None:
+    gen = torch.Generator().manual_seed(3)
+    heads, kv_heads, dim = 4, 2, 8
+    chunks = [(2, 0, 6), (0, 4, 9), (1, 0, 1)]  # (slot, start, end); slot 0 has 4 earlier
+    layout = PackedLayout.build(chunks)
+    assert layout.offsets == (0, 6, 11) and layout.q_len == 12
+    packed = SlotKVCache(num_slots=3, max_len=16, device=CPU, initial_capacity=16)
+    single = SlotKVCache(num_slots=3, max_len=16, device=CPU, initial_capacity=16)
+    earlier_k = torch.randn(1, kv_heads, 4, dim, generator=gen)
+    earlier_v = torch.randn(1, kv_heads, 4, dim, generator=gen)
+    for cache in (packed, single):
+        cache.layout = PackedLayout.build([(0, 0, 4)])
+        cache.update(earlier_k, earlier_v, 0)
+    q = torch.randn(1, heads, 12, dim, generator=gen)
+    k = torch.randn(1, kv_heads, 12, dim, generator=gen)
+    v = torch.randn(1, kv_heads, 12, dim, generator=gen)
+    packed.layout = layout
+    kp, vp = packed.update(k, v, 0)
+    got, _ = ragged_attention(None, q, kp, vp, None, sliding_window=3, engine_layout=layout)  # type: ignore[arg-type]
+    for slot, start, end, off in layout.segments():
+        n = end - start
+        one = BatchLayout.build([slot], [end], n, CPU)
+        single.layout = one
+        ks, vs = single.update(k[:, :, off : off + n], v[:, :, off : off + n], 0)
+        want, _ = ragged_attention(
+            None, q[:, :, off : off + n], ks, vs, None, sliding_window=3, engine_layout=one
+        )  # type: ignore[arg-type]
+        torch.testing.assert_close(got[:, off : off + n], want)
+    torch.testing.assert_close(packed.keys[0], single.keys[0])
+    with pytest.raises(ValueError, match="one chunk per slot"):
+        PackedLayout.build([(0, 0, 2), (0, 2, 4)])
+
+
+def test_swap_slots_exchanges_every_pool() -> None:
+    cache = SlotKVCache(num_slots=3, max_len=8, device=CPU, grow=False)
+    cache.layout = PackedLayout.build([(0, 0, 2), (2, 0, 3)])
+    k = torch.randn(1, 1, 5, 4)
+    for layer in (0, 1):
+        cache.update(k, k * 2, layer)
+    before = {layer: cache.keys[layer].clone() for layer in (0, 1)}
+    cache.swap_slots(0, 2)
+    for layer in (0, 1):
+        torch.testing.assert_close(cache.keys[layer][0], before[layer][2])
+        torch.testing.assert_close(cache.keys[layer][2], before[layer][0])
+        torch.testing.assert_close(cache.values[layer][0], 2 * before[layer][2])

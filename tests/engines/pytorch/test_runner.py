@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from engines.pytorch.fused import fuse_rms_norms
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 
@@ -96,3 +97,61 @@ def test_cache_grows_and_keeps_contents(loaded: LoadedModel) -> None:
     fresh = ModelRunner(loaded, num_slots=2, batch_invariant=True)
     torch.testing.assert_close(logits, fresh.prefill(1, prompt), rtol=1e-4, atol=1e-4)
     assert first.shape == logits.shape
+
+
+def test_batched_decode_and_packed_prefill_match_the_reference_path(
+    loaded: LoadedModel,
+) -> None:
+    """The fast path's batched attention over static pools (padded to a bucket, rows in
+    any order, windows crossed) and its packed prefill compute what the row-by-row path
+    computes, within float32 rounding; a non-compact set of slots falls back to it."""
+    ref = ModelRunner(loaded, num_slots=8, batch_invariant=False)
+    fast = ModelRunner(
+        loaded, num_slots=8, batch_invariant=False, batched_decode=True, packed_prefill=True
+    )
+    assert fast.requires_compact_slots and fast.graphs is None and fast.cache.scratch_slot == 8
+    assert fast.warmup_graphs(1024) == 0  # no graphs on CPU
+    prompts = _prompts(5)
+    want = torch.stack([ref.prefill(s, p) for s, p in enumerate(prompts)])
+    got = fast.prefill_many([(s, p, 0) for s, p in enumerate(prompts)])
+    assert torch.equal(got.isinf(), want.isinf())
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    slots = [3, 1, 0, 2, 4]  # 5 rows: padded to the bucket of 8
+    tokens = [int(want[s].argmax()) for s in slots]
+    for step in range(20):  # past tiny-gemma4's 16-token window
+        positions = [len(prompts[s]) + step for s in slots]
+        a = ref.decode(slots, tokens, positions)
+        b = fast.decode(slots, tokens, positions)
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-4)
+        tokens = a.argmax(-1).tolist()
+    positions = [len(prompts[s]) + 20 for s in (4, 1)]
+    torch.testing.assert_close(
+        fast.decode([4, 1], tokens[-1:] + tokens[1:2], positions),
+        ref.decode([4, 1], tokens[-1:] + tokens[1:2], positions),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_swap_slots_moves_a_sequence(loaded: LoadedModel) -> None:
+    fast = ModelRunner(loaded, num_slots=4, batch_invariant=False, batched_decode=True)
+    prompt = _prompts(3)[2]
+    fast.prefill(3, prompt)
+    before = fast.decode([3], [9], [len(prompt)])
+    fast.prefill(3, prompt)  # rewrite position len(prompt) as it was
+    fast.swap_slots(3, 0)
+    after = fast.decode([0], [9], [len(prompt)])  # now on the batched path
+    torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["tiny", "tiny-gemma4"])
+def test_fused_norms_compute_the_same_step(name: str) -> None:
+    """RMSNorm as one torch.rms_norm call: every norm of the model is replaced, and the
+    logits equal the unfused ones within float32 rounding."""
+    fresh = load_model(f"random:{name}", device="cpu", seed=0)  # fusing changes the model
+    prompt = _prompts(4)[3]
+    plain = ModelRunner(fresh, num_slots=2, batch_invariant=False).prefill(0, prompt)
+    norms = sum(type(m).__name__.endswith("RMSNorm") for m in fresh.model.modules())
+    assert fuse_rms_norms(fresh.model) == norms > 0
+    fused = ModelRunner(fresh, num_slots=2, batch_invariant=False).prefill(0, prompt)
+    torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-4)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from engines.pytorch.sampling import SamplerState, SamplingParams, choose_token
+from engines.pytorch.sampling import SamplerState, SamplingParams, choose_token, choose_tokens
 
 CPU = torch.device("cpu")
 EOS = [3]
@@ -45,3 +45,25 @@ def test_top_k_and_top_p_truncate() -> None:
     assert {choose_token(logits.clone(), k, i) for i in range(50)} <= {0, 1}
     p = _state(seed=0, top_p=0.5)
     assert {choose_token(logits.clone(), p, i) for i in range(50)} == {0}
+
+
+def test_choose_tokens_equals_choose_token_row_by_row() -> None:
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 8, generator=gen)
+    logits[:, 3] = 50.0  # EOS is everyone's favourite
+    states = [
+        _state(temperature=0.0),
+        _state(temperature=0.0, ignore_eos=True),
+        _state(temperature=0.8, seed=1),  # sampled: left to choose_token
+        _state(temperature=0.0, min_tokens=4, stop_token_ids=(5,)),
+        _state(temperature=0.0, min_tokens=1),
+    ]
+    generated = [0, 2, 0, 1, 3]
+    expected = [
+        choose_token(row.clone(), s, n) for row, s, n in zip(logits, states, generated, strict=True)
+    ]
+    got = choose_tokens(logits.clone(), states, generated)
+    assert got[2] is None
+    assert [g for i, g in enumerate(got) if i != 2] == [e for i, e in enumerate(expected) if i != 2]
+    assert got[0] == 3 and got[1] != 3 and got[3] not in (3, 5) and got[4] == 3
+    assert choose_tokens(logits.clone(), [states[2]], [0]) == [None]

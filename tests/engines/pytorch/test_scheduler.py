@@ -158,3 +158,69 @@ def test_abort_frees_the_slot_for_the_next_request() -> None:
         sched.shutdown()
     assert not collector.outputs["forever"][-1].finished
     assert collector.outputs["next"][-1].completion_tokens == 3
+
+
+class CompactRunner(FakeRunner):
+    """A runner that wants its decode rows in slots 0 ... n - 1 and packs prefill: checks
+    every decode step's slots and records swaps and packs."""
+
+    requires_compact_slots = True
+    packed_prefill = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.swaps: list[tuple[int, int]] = []
+        self.packs: list[int] = []
+        self.bad_steps = 0
+
+    def swap_slots(self, a: int, b: int) -> None:
+        self.swaps.append((a, b))
+
+    def prefill_many(self, chunks: list[tuple[int, list[int], int]]) -> torch.Tensor:
+        self.packs.append(len(chunks))
+        return torch.stack([self.prefill(slot, ids, start) for slot, ids, start in chunks])
+
+    def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor:
+        if sorted(slots) != list(range(len(slots))):
+            self.bad_steps += 1
+        return super().decode(slots, tokens, positions)
+
+
+def test_running_sequences_are_compacted_into_the_lowest_slots() -> None:
+    runner, collector = CompactRunner(), Collector()
+    sched = _scheduler(runner, collector, max_running=6)
+    sched.start()
+    try:
+        # Different lengths, so they finish out of slot order and leave holes.
+        lengths = [40, 5, 25, 9, 33, 14]
+        for i, n in enumerate(lengths):
+            sched.submit(_request(f"r{i}", [10 + i, 11 + i], n), f"r{i}")
+        collector.wait([f"r{i}" for i in range(6)])
+        time.sleep(0.05)
+        sched.submit(_request("late", [7] * 9, 12), "late")  # prefilled in chunks
+        collector.wait(["late"])
+    finally:
+        sched.shutdown()
+    assert runner.bad_steps == 0
+    assert runner.swaps  # a hole below a running sequence was filled at least once
+    assert max(runner.packs) > 1  # several prompts shared a prefill forward
+    for i, n in enumerate(lengths):
+        outs = collector.outputs[f"r{i}"]
+        assert [t for o in outs for t in o.token_ids] == [(11 + i + k) % 200 + 1 for k in range(n)]
+    assert collector.outputs["late"][-1].completion_tokens == 12
+
+
+def test_a_failing_prompt_in_a_pack_fails_alone() -> None:
+    runner, collector = CompactRunner(), Collector()
+    sched = _scheduler(runner, collector, max_running=4)
+    sched.start()
+    try:
+        sched.submit(_request("ok", [20, 21], 6), "ok")
+        sched.submit(_request("bad", [POISON_PROMPT, 1], 6), "bad")
+        sched.submit(_request("ok2", [30], 6), "ok2")
+        collector.wait(["ok", "bad", "ok2"])
+    finally:
+        sched.shutdown()
+    assert collector.outputs["bad"][-1].finish_reason == "error"
+    assert collector.outputs["ok"][-1].completion_tokens == 6
+    assert collector.outputs["ok2"][-1].completion_tokens == 6

@@ -29,4 +29,29 @@ def test_stepbench_on_tiny() -> None:
     assert all(r["decode_tok_s"] > 0 for r in result["decode"])
     assert result["weight_bytes_streamed"] > 0
     assert result["generate_batch1"]["new_tokens"] == 4
-    assert result["profile_batch1"]["host_ops"] > 0
+    assert [p["batch"] for p in result["profiles"]] == [1, 2]
+    assert result["profiles"][0]["host_ops"] > 0
+    assert result["profiles"][0]["step_wall_ms"] > 0
+
+
+def test_stepbench_batched_decode_on_tiny() -> None:
+    result = main(
+        [
+            "--model",
+            "random:tiny-gemma4",
+            "--device",
+            "cpu",
+            "--batches",
+            "1,3",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--prompt-len",
+            "20",
+            "--decode-attention",
+            "batched",
+        ]
+    )
+    assert result["decode_attention"] == "batched"
+    assert all(r["decode_tok_s"] > 0 for r in result["decode"])
