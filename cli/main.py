@@ -169,7 +169,33 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     _add_campaign_parsers(sub)
+    _add_report_parser(sub)
     return parser
+
+
+def _add_report_parser(sub: argparse._SubParsersAction) -> None:
+    """`bench report DIR`: tables, plots, costs and caveats (cli/report.py writes them)."""
+    report = sub.add_parser(
+        "report",
+        help="write report.md, report.html and PNG plots from a results folder",
+        description="Read a results folder (one shard, or a `bench fetch` / `bench run --out` "
+        "folder above shards), write the seeds' tables, plots, cost per million tokens, scope "
+        "and caveats, and print the one-request table.",
+    )
+    report.add_argument("dir", type=Path, help="results folder")
+    report.add_argument(
+        "--baseline", help="arm that ratios are taken to (default: the first arm with a probe)"
+    )
+    report.add_argument("--out", type=Path, help="where to write (default: DIR/report)")
+    report.add_argument(
+        "--prices",
+        choices=("auto", "aws", "table"),
+        default="auto",
+        help="auto: the AWS Price List API and spot price history when credentials exist, "
+        "else the shipped dated table; aws: AWS only; table: never call AWS (auto)",
+    )
+    report.add_argument("--price-table", type=Path, help="a price table TOML (default: shipped)")
+    report.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
 def _add_campaign_parsers(sub: argparse._SubParsersAction) -> None:
@@ -393,6 +419,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from cli.local_run import run_local
 
             return run_local(args.spec, args.out, args.gsm8k_data)
+        if args.command == "report":
+            from cli.report import run_report
+
+            return run_report(args)
         if args.command in CAMPAIGN_COMMANDS:
             from cli.control import run_control
 

@@ -1,0 +1,20 @@
+"""`bench report`: the seeds' tables, plots, costs and caveats, read from a results folder.
+
+Reporting sits at the top level beside `contract/`, whose result formats it reads, and
+apart from `agent/`: it runs on the workstation (after `bench fetch` or `bench run`), needs
+matplotlib, which an instance never does, and only reads what the agent wrote. From
+`agent/` it borrows the code that already defines a statistic (the paired eval comparison,
+the metric functions, the telemetry fold), so a number is never defined twice.
+
+- `load`: a results folder (campaign root or one shard) read into typed records.
+- `prices`: on-demand and spot prices: the AWS Price List API and spot price history when
+  credentials exist, else the dated table shipped beside this module (`prices.toml`).
+- `energy`: joules per output token per sweep cell, from the NVML energy counter.
+- `build`: the report's rows (one-request, drafter, sweep, best per level, accuracy, cost,
+  energy, scope); arithmetic only, every number traced to a summary.
+- `tables`, `plots`, `render`: text tables, PNG plots, report.md and a self-contained
+  report.html.
+- `write`: the entry point `write_report`.
+"""
+
+from __future__ import annotations
