@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-__all__ = ["GpuHost", "detect_gpu"]
+__all__ = ["GpuHost", "detect_gpu", "gpu_memory_used_mib"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,24 @@ def detect_gpu() -> GpuHost:
             name=_text(pynvml.nvmlDeviceGetName(handle)),
             driver=_text(pynvml.nvmlSystemGetDriverVersion()),
             cuda=f"{cuda // 1000}.{cuda % 1000 // 10}",
+        )
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def gpu_memory_used_mib() -> float | None:
+    """Memory in use on every GPU together, or None without NVML (then nothing is checked)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no NVML: the check does not apply
+        return None
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        return sum(
+            pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(i)).used / 2**20
+            for i in range(count)
         )
     finally:
         pynvml.nvmlShutdown()

@@ -14,9 +14,11 @@ through the small `StatusSink` / `ResultSink` protocols; locally they do nothing
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import threading
@@ -29,7 +31,7 @@ from typing import Protocol
 import psutil
 
 from agent.evals.runner import load_task, run_eval
-from agent.gpu import GpuHost
+from agent.gpu import GpuHost, gpu_memory_used_mib
 from agent.installer import EngineInstallError, InstalledEngine, install_engine
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import run_probe
@@ -60,6 +62,7 @@ __all__ = ["CampaignRunner", "Job", "ResultSink", "RunOutcome", "StatusSink"]
 log = logging.getLogger(__name__)
 
 AGENT_VERSION = "0.1.0"
+_GPU_MEMORY_SLACK_MIB = 1024
 _PHASE_OF_ITEM: Mapping[str, Phase] = {
     "probe": "probing",
     "sweep": "sweeping",
@@ -335,9 +338,23 @@ class CampaignRunner:
             model=model,
             drafter=served.drafter,
             install_s=installed.install_s,
+            **_identify(served, installed),
         )
         engines.append(engine)
-        return self._serve_and_run(jobs, served, engine, installed, sampler)
+        before_mib = gpu_memory_used_mib()
+        records = self._serve_and_run(jobs, served, engine, installed, sampler)
+        after_mib = gpu_memory_used_mib()
+        if before_mib is not None and after_mib is not None:
+            released = after_mib - before_mib < _GPU_MEMORY_SLACK_MIB
+            if not released:
+                log.error(
+                    "%s: GPU memory not released after stop: %.0f MiB -> %.0f MiB",
+                    served.engine,
+                    before_mib,
+                    after_mib,
+                )
+            engines[-1] = engine.model_copy(update={"gpu_memory_released": released})
+        return records
 
     def _start(
         self, served: RenderedServe, installed: InstalledEngine, log_path: Path
@@ -506,6 +523,30 @@ class CampaignRunner:
         )
         summary = await run_eval(task, served.base_url, folder, model=served.served_model)
         return summary.completion_tokens
+
+
+def _identify(served: RenderedServe, installed: InstalledEngine) -> dict[str, str | None]:
+    """What exactly will serve: the recipe's version probe output and the binary's sha256."""
+    env = {**os.environ, "PATH": installed.path_env()}
+    executable = shutil.which(served.argv[0], path=env["PATH"]) if served.argv else None
+    digest = None
+    if executable and not executable.endswith(("python", "python3")):
+        digest = hashlib.sha256(Path(executable).read_bytes()).hexdigest()
+    text = None
+    if served.version_probe:
+        try:
+            out = subprocess.run(
+                list(served.version_probe),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            text = " ".join((out.stdout + out.stderr).split())[:500] or None
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            text = f"version probe failed: {exc}"
+    return {"version_text": text, "binary_sha256": digest}
 
 
 def _tail(path: Path, lines: int = 40) -> str:

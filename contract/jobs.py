@@ -42,6 +42,11 @@ class EngineServed(_Record):
     model: str
     drafter: str | None = None
     install_s: float | None = None
+    version_text: str | None = Field(None, description="what the recipe's version probe printed")
+    binary_sha256: str | None = Field(None, description="sha256 of the server executable")
+    gpu_memory_released: bool | None = Field(
+        None, description="GPU memory back within 1 GiB of before the server (NVML), per stop"
+    )
 
 
 class JobRecord(_Record):

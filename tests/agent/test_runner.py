@@ -75,6 +75,9 @@ def test_a_failing_engine_is_recorded_and_the_campaign_goes_on(
     assert manifest.jobs_failed == ["pytorch-probe", "pytorch-sweep"]
     assert sorted(manifest.jobs_ok) == ["llama-probe", "llama-sweep"]
     assert manifest.finished_unix_s is not None
+    llama = next(e for e in manifest.engines if e.arm == "llama")
+    assert llama.binary_sha256 and len(llama.binary_sha256) == 64
+    assert llama.version_text and "build 11312" in llama.version_text
     rows = (outcome.shard_dir / "telemetry.csv").read_text().splitlines()
     assert any(",llama-sweep," in row for row in rows), "telemetry rows carry the job id"
 
