@@ -86,6 +86,11 @@ class Row:
     paired_itl_p50_err_ms: float | None
     cpu_s_per_mtok: float | None
     note: str = ""
+    # The paired TTFT error split in two: request path (server parsed - client sent), which
+    # includes the server's own lag in reading, and receive path (client's arrival stamp -
+    # server's write of the first token), which is the client's measurement alone.
+    send_lag_p99_ms: float | None = None
+    receive_lag_p99_ms: float | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -223,12 +228,15 @@ def _row_ours(
     window = metrics.window_stats(records, repeat=0, mode="burst", concurrency=s.streams)
     sent = _sent_tok_s(truth)
     by_id = {t.request_id: t for t in truth}
-    paired_ttft, paired_itl = [], []
+    paired_ttft, paired_itl, send_lag, receive_lag = [], [], [], []
     for r in ok:
         t = by_id.get(r.request_id)
         if t is None or t.ttft_ns is None:
             continue
         paired_ttft.append(metrics.ttft_ms(r) - t.ttft_ns / MS)
+        send_lag.append((t.t_recv_ns - r.send_ns) / MS)
+        if r.first_token_ns is not None:
+            receive_lag.append((r.first_token_ns - t.token_chunks[0].t_write_ns) / MS)
         paired_itl.extend(
             abs(g - tg / MS) for (g, _), tg in zip(metrics.itl_gaps_ms(r), t.itl_ns, strict=False)
         )
@@ -251,6 +259,8 @@ def _row_ours(
         itl_p99_err_ms=_diff(_pct(itls, 99), _pct(_true_itls_ms(truth), 99)),
         paired_ttft_p99_err_ms=_pct(paired_ttft, 99),
         paired_itl_p50_err_ms=_pct(paired_itl, 50),
+        send_lag_p99_ms=_pct(send_lag, 99),
+        receive_lag_p99_ms=_pct(receive_lag, 99),
         cpu_s_per_mtok=cpu_s / tokens * 1e6 if tokens else None,
     )
 
@@ -355,6 +365,8 @@ def _table(rows: list[Row]) -> Table:
             _fmt(r.itl_p99_err_ms, 3),
             _fmt(r.paired_ttft_p99_err_ms, 2),
             _fmt(r.paired_itl_p50_err_ms, 4),
+            _fmt(r.send_lag_p99_ms, 2),
+            _fmt(r.receive_lag_p99_ms, 2),
             _fmt(r.cpu_s_per_mtok, 2),
         )
     return table
