@@ -5,8 +5,10 @@ Layout (each module says what it owns):
 - `config`: the engine's settings and command line.
 - `tokenizer`: the byte-level tokenizer made in code (for `random:<name>` models).
 - `model`: loading a model (random, local folder or hub id), dtype and device choice.
-- `kv_cache`: the slot KV cache and the ragged attention function it pairs with.
+- `kv_cache`: the slot KV cache and its attention (row by row, batched, packed prefill).
 - `runner`: one model step (prefill of one sequence, decode of a batch) on that cache.
+- `graphs`: the CUDA fast path's batch and KV buckets, static inputs and CUDA graphs.
+- `fused`: RMSNorm as one fused kernel (the CUDA decode step's largest kernel count).
 - `sampling`: sampling parameters and the token choice (greedy, temperature/top-p/top-k).
 - `detokenizer`: token ids to streamed text, with stop strings.
 - `scheduler`: continuous batching on a dedicated thread.

@@ -21,6 +21,12 @@ class EngineConfig:
     device: str = "auto"
     seed: int = 0
     batch_invariant: str = "auto"  # auto: on for CPU, off for CUDA
+    decode_attention: str = "auto"  # auto: ragged where batch-invariant, else batched
+    cuda_graphs: str = "auto"  # auto: on where decode is batched on CUDA
+    packed_prefill: str = "auto"  # auto: on where decode is not batch-invariant
+    fused_norms: str = "auto"  # auto: on for CUDA
+    compile_mode: str | None = None  # torch.compile mode of the batched decode step
+    graph_warmup_len: int = 1024
     threads: int = 1
     prefill_chunk: int = 512
     prefill_budget: int = 2048
@@ -30,6 +36,32 @@ class EngineConfig:
         if self.batch_invariant == "auto":
             return device_type == "cpu"
         return self.batch_invariant == "on"
+
+    def batched_decode_on(self, device_type: str) -> bool:
+        # The batched attention sums keys in an order that depends on the KV bucket, so
+        # it is not batch-invariant: where invariance is asked for, rows go one by one.
+        if self.decode_attention == "auto":
+            return not self.batch_invariant_on(device_type)
+        return self.decode_attention == "batched"
+
+    def cuda_graphs_on(self, device_type: str) -> bool:
+        if self.cuda_graphs == "auto":
+            return device_type == "cuda" and self.batched_decode_on(device_type)
+        return self.cuda_graphs == "on"
+
+    def fused_norms_on(self, device_type: str) -> bool:
+        # One rounding step apart from transformers' RMSNorm in bf16: on CUDA, where the
+        # kernel count matters and invariance is not promised; off on CPU by default.
+        if self.fused_norms == "auto":
+            return device_type == "cuda"
+        return self.fused_norms == "on"
+
+    def packed_prefill_on(self, device_type: str) -> bool:
+        # Packing changes a prompt's row count, so with batch invariance on each prompt
+        # keeps a forward of its own.
+        if self.packed_prefill == "auto":
+            return not self.batch_invariant_on(device_type)
+        return self.packed_prefill == "on"
 
 
 def _positive(text: str) -> int:
@@ -74,6 +106,43 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "on", "off"),
         default="auto",
         help="decode rows independent of batch size (auto: on for CPU, off for CUDA)",
+    )
+    p.add_argument(
+        "--decode-attention",
+        choices=("auto", "ragged", "batched"),
+        default="auto",
+        help="ragged: one attention call per row (batch-invariant); batched: one per layer "
+        "over static pools (auto: batched unless batch-invariant)",
+    )
+    p.add_argument(
+        "--cuda-graphs",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="replay the batched decode step as CUDA graphs (auto: on for batched CUDA decode)",
+    )
+    p.add_argument(
+        "--packed-prefill",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="several prompts per prefill forward (auto: on unless batch-invariant)",
+    )
+    p.add_argument(
+        "--fused-norms",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="RMSNorm as one fused kernel (auto: on for CUDA)",
+    )
+    p.add_argument(
+        "--compile-mode",
+        default=None,
+        help="torch.compile the batched decode step (default, max-autotune-no-cudagraphs): "
+        "about a minute per batch x KV bucket on an H200 at start; off by default",
+    )
+    p.add_argument(
+        "--graph-warmup-len",
+        type=int,
+        default=EngineConfig.graph_warmup_len,
+        help="capture decode graphs for KV lengths up to this at start (0: capture on use)",
     )
     p.add_argument(
         "--threads",

@@ -13,15 +13,24 @@ architecture works (Gemma 4 has two head sizes, and its KV-sharing layers never 
 On CPU the capacity grows by doubling up to `max_len`; with `grow=False` it is fixed at
 `max_len` from the start, the static layout a CUDA-graph decode needs (fixed addresses).
 
-The model's forward gets a `BatchLayout` twice: the cache reads it (set before the
-forward) to know where to write, and the attention function receives it as the
-`engine_layout` keyword argument, which transformers passes through to attention.
+The model's forward gets a layout twice: the cache reads it (set before the forward) to
+know where to write, and the attention function receives it as the `engine_layout`
+keyword argument, which transformers passes through to attention. Three layouts:
+- `BatchLayout`: a decode step of any rows in any slots, read row by row (one SDPA call
+  per row and layer), so a row's numbers never depend on its neighbours: the CPU path.
+- `DecodeLayout`: a decode step over static pools, one batched attention per layer for
+  all rows, lengths and sliding windows as tensor masks, no Python value that changes
+  between steps: the CUDA path, capturable in a CUDA graph. Row b is slot b (the
+  scheduler keeps running sequences in the lowest slots); rows past the real ones are
+  padding up to a graph's batch size and write into a scratch slot no sequence owns.
+- `PackedLayout`: a prefill of one or more prompt chunks packed into one row, each
+  chunk attending only to its own sequence.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +71,83 @@ class BatchLayout:
         )
 
 
+@dataclass
+class DecodeLayout:
+    """A batched decode step over static pools (see the module docstring).
+
+    Only tensors and per-graph constants: `rows` (a batch-size bucket) and `kv_len` (how
+    many key positions every row's attention reads, a bucket at least as long as the
+    longest real row) are fixed for a captured graph; the tensors are views of static
+    input buffers that are refilled before each replay.
+    """
+
+    rows: int
+    kv_len: int
+    slot_index: torch.Tensor  # (rows,) long: where each row's new K/V goes (padding: scratch)
+    write_positions: torch.Tensor  # (rows,) long: the new token's position (padding: 0)
+    # Masks by sliding window (None: full attention), built once per forward on first use,
+    # so that inside a captured graph they are computed by the graph from the buffers.
+    masks: dict[int | None, torch.Tensor] = field(default_factory=dict, repr=False)
+    q_len: int = 1
+
+    def hidden(self, window: int | None) -> torch.Tensor:
+        """(rows, 1, 1, kv_len) bool, True where row b may not look: key k is visible to
+        the query at position p = write_positions[b] when k <= p, and k > p - window on
+        sliding layers. Built once per forward and window, not once per layer."""
+        cached = self.masks.get(window)
+        if cached is not None:
+            return cached
+        k_pos = torch.arange(self.kv_len, device=self.write_positions.device)[None, :]
+        q_pos = self.write_positions[:, None]
+        hidden = k_pos > q_pos
+        if window:
+            hidden = hidden | (k_pos <= q_pos - window)
+        mask = hidden[:, None, None, :]
+        self.masks[window] = mask
+        return mask
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """A prefill forward of prompt chunks packed into one row of `q_len` tokens: chunk i is
+    tokens offsets[i] ... offsets[i] + ends[i] - starts[i] - 1 of the row, at positions
+    starts[i] ... ends[i] - 1 of the sequence in `slots[i]`."""
+
+    slots: tuple[int, ...]
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    offsets: tuple[int, ...]
+    q_len: int
+
+    @classmethod
+    def build(cls, chunks: list[tuple[int, int, int]]) -> PackedLayout:
+        """`chunks`: (slot, start, end) per chunk, in packing order."""
+        if not chunks:
+            raise ValueError("a packed layout needs at least one chunk")
+        if len({slot for slot, _s, _e in chunks}) != len(chunks):
+            raise ValueError("a packed layout holds at most one chunk per slot")
+        offsets, total = [], 0
+        for _slot, start, end in chunks:
+            if not 0 <= start < end:
+                raise ValueError(f"bad chunk positions {start}..{end}")
+            offsets.append(total)
+            total += end - start
+        return cls(
+            slots=tuple(c[0] for c in chunks),
+            starts=tuple(c[1] for c in chunks),
+            ends=tuple(c[2] for c in chunks),
+            offsets=tuple(offsets),
+            q_len=total,
+        )
+
+    def segments(self) -> list[tuple[int, int, int, int]]:
+        """(slot, start, end, offset) per chunk."""
+        return list(zip(self.slots, self.starts, self.ends, self.offsets, strict=True))
+
+
+Layout = BatchLayout | DecodeLayout | PackedLayout
+
+
 class SlotKVCache:
     """Per-slot K/V pools, written through transformers' `past_key_values.update` call."""
 
@@ -73,15 +159,20 @@ class SlotKVCache:
         *,
         initial_capacity: int = 256,
         grow: bool = True,
+        scratch_slot: bool = False,
     ) -> None:
         self.num_slots = num_slots
+        # One slot past the sequences' own, written by a graph's padding rows and never
+        # read by a real row (`DecodeLayout`).
+        self.scratch_slot: int | None = num_slots if scratch_slot else None
+        self.pool_slots = num_slots + (1 if scratch_slot else 0)
         self.max_len = max_len
         self.device = device
         self.grow = grow
         self.capacity = min(initial_capacity, max_len) if grow else max_len
         self.keys: dict[int, torch.Tensor] = {}
         self.values: dict[int, torch.Tensor] = {}
-        self.layout: BatchLayout | None = None
+        self.layout: Layout | None = None
 
     # transformers asks a cache these; this cache answers for a whole batch of sequences
     # of different lengths, so "seen tokens" has no single value and masks are not built.
@@ -107,6 +198,16 @@ class SlotKVCache:
                 pools[layer] = new
         self.capacity = new_cap
 
+    def swap_slots(self, a: int, b: int) -> None:
+        """Exchange the contents of two slots in every pool (slot compaction)."""
+        if a == b:
+            return
+        for pools in (self.keys, self.values):
+            for pool in pools.values():
+                held = pool[a].clone()
+                pool[a] = pool[b]
+                pool[b] = held
+
     def nbytes(self) -> int:
         return sum(
             t.numel() * t.element_size() for t in (*self.keys.values(), *self.values.values())
@@ -117,7 +218,7 @@ class SlotKVCache:
         if pool is None:
             _rows, kv_heads, _q, head_dim = like.shape
             pool = torch.zeros(
-                self.num_slots,
+                self.pool_slots,
                 kv_heads,
                 self.capacity,
                 head_dim,
@@ -141,7 +242,13 @@ class SlotKVCache:
             raise RuntimeError("SlotKVCache.update called outside a runner step")
         k_pool = self._pool(self.keys, layer_idx, key_states)
         v_pool = self._pool(self.values, layer_idx, value_states)
-        if layout.q_len == 1:
+        if isinstance(layout, PackedLayout):
+            for slot, start, end, offset in layout.segments():
+                k_pool[slot, :, start:end] = key_states[0, :, offset : offset + end - start]
+                v_pool[slot, :, start:end] = value_states[0, :, offset : offset + end - start]
+        elif layout.q_len == 1:
+            # One index_put per pool for the whole batch: no host sync, so a CUDA graph
+            # can capture it, and the positions are read from tensors at replay.
             k_pool[layout.slot_index, :, layout.write_positions] = key_states[:, :, 0]
             v_pool[layout.slot_index, :, layout.write_positions] = value_states[:, :, 0]
         else:
@@ -180,6 +287,79 @@ def _attend(
     return torch.matmul(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)
 
 
+def _attend_segment(
+    q: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    slot: int,
+    start: int,
+    end: int,
+    window: int | None,
+    scale: float,
+    softcap: float | None,
+) -> torch.Tensor:
+    """Queries q (1, H, n, D) at positions start ... end - 1 of the sequence in `slot`,
+    over its own keys in the pools: (1, H, n, Dv)."""
+    q_len = end - start
+    # A query at position p sees keys p - window + 1 ... p (transformers' convention).
+    lo = max(0, start - window + 1) if window else 0
+    k = key[slot : slot + 1, :, lo:end]
+    v = value[slot : slot + 1, :, lo:end]
+    mask = None
+    is_causal = False
+    if q_len > 1:
+        if lo == 0 and start == 0 and not window:
+            is_causal = True
+        else:
+            q_pos = torch.arange(start, end, device=q.device)[:, None]
+            k_pos = torch.arange(lo, end, device=q.device)[None, :]
+            mask = k_pos <= q_pos
+            if window:
+                mask = mask & (k_pos > q_pos - window)
+    return _attend(q, k, v, mask, is_causal, scale, softcap)
+
+
+def batched_decode_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout: DecodeLayout,
+    scale: float,
+    window: int | None,
+    softcap: float | None,
+) -> torch.Tensor:
+    """One decode token per row for the whole batch in a handful of kernels:
+    query (rows, H, 1, D), key/value the layer's pools; returns (rows, 1, H, Dv).
+
+    Row b reads slot b's first `kv_len` positions (a view, no copy) and the mask hides
+    what it may not see. The H query heads of a row are folded onto its KV heads as
+    H/KVH query rows of one matrix product, so grouped-query attention reads each key
+    once instead of repeating it per head.
+
+    Hidden positions get probability exactly 0, so stale keys and values there (from an
+    earlier sequence in the slot) add exactly nothing, as long as they are finite: a
+    NaN written by a broken forward would survive as 0 * NaN.
+    """
+    rows, heads, _q, head_dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    k = key[:rows, :, : layout.kv_len]  # (rows, KVH, kv_len, D)
+    v = value[:rows, :, : layout.kv_len]
+    q = query.reshape(rows, kv_heads, groups, head_dim)
+    # Four kernels per layer (product, mask, softmax, product): at batch 1 each tiny kernel
+    # costs microseconds, so nothing is spent on separate casts. Scores stay in the
+    # cache's dtype as in transformers' eager attention; softmax accumulates in float32.
+    scores = torch.matmul(q, k.transpose(-1, -2))  # (rows, KVH, G, kv_len)
+    if scale != 1.0:
+        scores = scores * scale
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    scores = scores.masked_fill_(layout.hidden(window), float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    out = torch.matmul(probs, v)  # (rows, KVH, G, Dv)
+    return out.reshape(rows, 1, heads, v.shape[-1])
+
+
 def ragged_attention(
     module: torch.nn.Module,
     query: torch.Tensor,
@@ -190,42 +370,58 @@ def ragged_attention(
     dropout: float = 0.0,
     sliding_window: int | None = None,
     softcap: float | None = None,
-    engine_layout: BatchLayout | None = None,
+    engine_layout: Layout | None = None,
     **kwargs: object,
 ) -> tuple[torch.Tensor, None]:
-    """Attention of each row over its own slot: `query` (rows, H, q_len, D), `key`/`value`
-    the layer's pools from `SlotKVCache.update`. Returns (rows, q_len, H, Dv).
+    """Attention over the slot pools: `query` (rows, H, q_len, D), `key`/`value` the layer's
+    pools from `SlotKVCache.update`. Returns (rows, q_len, H, Dv).
 
-    Each row is one SDPA call over exactly its own keys (a window of them on sliding
-    layers), so a row's result does not depend on the other rows. The loop costs one
-    kernel per row and layer, cheap at CPU batch sizes; the CUDA path replaces it with
-    one batched kernel over the static pools.
+    With a `BatchLayout`, each row is one SDPA call over exactly its own keys (a window
+    of them on sliding layers), so a row's result does not depend on the other rows; the
+    loop costs one kernel per row and layer, cheap at CPU batch sizes. A `DecodeLayout`
+    goes to `batched_decode_attention` (one call per layer for the batch), a
+    `PackedLayout` to one SDPA call per packed chunk.
     """
     if engine_layout is None:
         raise RuntimeError(f"{ENGINE_ATTENTION} attention needs the engine's batch layout")
     rows, heads, q_len, head_dim = query.shape
     scale = scaling if scaling is not None else 1.0 / math.sqrt(head_dim)
+    if isinstance(engine_layout, DecodeLayout):
+        out = batched_decode_attention(
+            query, key, value, engine_layout, scale, sliding_window, softcap
+        )
+        return out, None
     out = query.new_empty(rows, q_len, heads, value.shape[-1])
+    if isinstance(engine_layout, PackedLayout):
+        for slot, start, end, offset in engine_layout.segments():
+            n = end - start
+            o = _attend_segment(
+                query[:, :, offset : offset + n],
+                key,
+                value,
+                slot,
+                start,
+                end,
+                sliding_window,
+                scale,
+                softcap,
+            )
+            out[0, offset : offset + n] = o[0].transpose(0, 1)
+        return out, None
     for b, (slot, length) in enumerate(
         zip(engine_layout.slots, engine_layout.lengths, strict=True)
     ):
-        start = length - q_len  # absolute position of this row's first query
-        # A query at position p sees keys p - window + 1 ... p (transformers' convention).
-        lo = max(0, start - sliding_window + 1) if sliding_window else 0
-        k = key[slot : slot + 1, :, lo:length]
-        v = value[slot : slot + 1, :, lo:length]
-        mask = None
-        is_causal = False
-        if q_len > 1:
-            if lo == 0 and start == 0 and not sliding_window:
-                is_causal = True
-            else:
-                q_pos = torch.arange(start, length, device=query.device)[:, None]
-                k_pos = torch.arange(lo, length, device=query.device)[None, :]
-                mask = k_pos <= q_pos
-                if sliding_window:
-                    mask = mask & (k_pos > q_pos - sliding_window)
-        o = _attend(query[b : b + 1], k, v, mask, is_causal, scale, softcap)
+        o = _attend_segment(
+            query[b : b + 1],
+            key,
+            value,
+            slot,
+            length - q_len,
+            length,
+            sliding_window,
+            scale,
+            softcap,
+        )
         out[b] = o[0].transpose(0, 1)
     return out, None
 

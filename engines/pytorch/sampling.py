@@ -1,8 +1,10 @@
 """Sampling: each request's parameters and the choice of its next token from the logits.
 
-Greedy is the arg-max. Otherwise temperature, then top-k and top-p truncation, then a
-draw from the request's own generator: seeded when the request gives a seed, so a seeded
-request draws the same tokens whatever else runs beside it. `min_tokens` hides the stop
+Greedy is the arg-max; `choose_tokens` takes the arg-max of a whole decode batch in one
+kernel and one device-to-host copy (per-row `.item()` calls cost a sync each).
+Otherwise temperature, then top-k and top-p truncation, then a draw from the request's own
+generator: seeded when the request gives a seed, so a seeded request draws the same
+tokens whatever else runs beside it. `min_tokens` hides the stop
 tokens (EOS and `stop_token_ids`) until that many tokens exist; `ignore_eos` hides EOS.
 """
 
@@ -105,3 +107,36 @@ def choose_token(logits: torch.Tensor, state: SamplerState, num_generated: int) 
     if state.params.greedy:
         return int(logits.argmax().item())
     return _sample_row(logits, state)
+
+
+@torch.inference_mode()
+def choose_tokens(
+    logits: torch.Tensor, states: list[SamplerState], num_generated: list[int]
+) -> list[int | None]:
+    """Next tokens of a decode batch (rows, vocab), float32; the rows may be modified.
+
+    Greedy rows are chosen here, all at once: banned ids of every row are masked in one
+    indexed write, then one arg-max and one copy to the host. The arg-max of a row does
+    not depend on the other rows, so this equals `choose_token` row by row. Sampled rows
+    come back as None, for `choose_token` to draw one by one with their own generators.
+    """
+    rows: list[int] = []
+    cols: list[int] = []
+    greedy: list[int] = []
+    for i, (state, n) in enumerate(zip(states, num_generated, strict=True)):
+        if not state.params.greedy:
+            continue
+        greedy.append(i)
+        banned = state.banned_ids(n)
+        rows.extend([i] * len(banned))
+        cols.extend(banned)
+    out: list[int | None] = [None] * len(states)
+    if not greedy:
+        return out
+    if rows:
+        device = logits.device
+        logits[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = float("-inf")
+    best = logits.argmax(dim=-1).tolist()
+    for i in greedy:
+        out[i] = int(best[i])
+    return out

@@ -13,6 +13,13 @@ one decode step for every running request; then hand all outputs over at once.
 Prefill chunking depends only on the prompt, never on what else is waiting, so a
 request computes the same numbers whatever the load (see `runner` on batch invariance).
 
+With a runner that decodes in batched form (the CUDA path, `runner.requires_compact_slots`)
+the running sequences are kept in the lowest slots, 0 ... n - 1: free slots are handed out
+lowest first, and before a decode step a running sequence above n swaps places with the
+hole below n (whatever holds the hole, a prefilling sequence or nothing, moves up). With
+a runner that packs prefill (`runner.packed_prefill`), one forward takes the next chunk of
+each of several waiting prompts, up to the budget.
+
 Every request gets exactly one `StepOutput` per generated token (the last one also
 carries the finish reason), so a client that counts chunks counts tokens.
 """
@@ -32,7 +39,7 @@ import torch
 from engines.pytorch.detokenizer import TextStream
 from engines.pytorch.metrics import EngineMetrics
 from engines.pytorch.runner import ModelRunner
-from engines.pytorch.sampling import SamplerState, SamplingParams, choose_token
+from engines.pytorch.sampling import SamplerState, SamplingParams, choose_token, choose_tokens
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +117,9 @@ class Scheduler:
         self._waiting: deque[_Sequence] = deque()
         self._running: list[_Sequence] = []
         self._by_id: dict[str, _Sequence] = {}
-        self._free_slots = list(range(max_running - 1, -1, -1))
+        self._free_slots = set(range(max_running))
+        self._compact = bool(getattr(runner, "requires_compact_slots", False))
+        self._packed = bool(getattr(runner, "packed_prefill", False))
         self._outbox: list[tuple[object, StepOutput]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
@@ -207,15 +216,26 @@ class Scheduler:
         self._by_id[request.request_id] = seq
         self._waiting.append(seq)
 
+    def _take_slot(self) -> int | None:
+        """The lowest free slot (low slots keep compaction cheap), or None."""
+        if not self._free_slots:
+            return None
+        slot = min(self._free_slots)
+        self._free_slots.remove(slot)
+        return slot
+
     def _prefill_waiting(self) -> None:
+        if self._packed:
+            self._prefill_packed()
+            return
         budget = self.prefill_budget
         spent = 0
         while self._waiting and not self._stop.is_set():
             seq = self._waiting[0]
             if seq.slot is None:
-                if not self._free_slots:
+                seq.slot = self._take_slot()
+                if seq.slot is None:
                     return
-                seq.slot = self._free_slots.pop()
             chunk = min(self.prefill_chunk, seq.prompt_len - seq.prefilled)
             if spent and spent + chunk > budget:
                 return
@@ -230,20 +250,100 @@ class Scheduler:
                 self._waiting.popleft()
                 self._finish_error(seq, f"prefill failed: {e}")
                 continue
-            seq.prefilled += chunk
-            self.metrics.add_prompt_tokens(chunk)
-            if seq.prefilled < seq.prompt_len:
-                self.metrics.observe_step("prefill", time.perf_counter() - t0, 1, 0)
-                continue
-            self._waiting.popleft()
-            self._running.append(seq)
-            self._accept(seq, logits)
-            self.metrics.observe_step("prefill", time.perf_counter() - t0, 1, 1)
-            # The first token goes out now, not after the other prefills and the decode
-            # step of this iteration: time to first token is this request's own prefill.
-            self._flush()
+            self._prefilled(seq, chunk, logits, time.perf_counter() - t0)
+
+    def _prefilled(self, seq: _Sequence, chunk: int, logits: torch.Tensor, seconds: float) -> None:
+        """Book a prefilled chunk; a finished prompt starts running with its first token."""
+        seq.prefilled += chunk
+        self.metrics.add_prompt_tokens(chunk)
+        if seq.prefilled < seq.prompt_len:
+            self.metrics.observe_step("prefill", seconds, 1, 0)
+            return
+        self._waiting.remove(seq)
+        self._running.append(seq)
+        self._accept(seq, logits)
+        self.metrics.observe_step("prefill", seconds, 1, 1)
+        # The first token goes out now, not after the other prefills and the decode
+        # step of this iteration: time to first token is this request's own prefill.
+        self._flush()
+
+    def _prefill_packed(self) -> None:
+        """One forward over the next chunk of each waiting prompt that fits the budget."""
+        plan: list[tuple[_Sequence, int]] = []
+        spent = 0
+        for seq in self._waiting:
+            if seq.slot is None:
+                seq.slot = self._take_slot()
+                if seq.slot is None:
+                    break
+            chunk = min(self.prefill_chunk, seq.prompt_len - seq.prefilled)
+            if spent and spent + chunk > self.prefill_budget:
+                break
+            spent += chunk
+            plan.append((seq, chunk))
+        if not plan:
+            return
+        chunks = [
+            (
+                seq.slot,
+                list(seq.request.prompt_ids[seq.prefilled : seq.prefilled + chunk]),
+                seq.prefilled,
+            )
+            for seq, chunk in plan
+        ]
+        t0 = time.perf_counter()
+        try:
+            logits = self.runner.prefill_many(chunks)  # type: ignore[arg-type]
+        except Exception:
+            # Which prompt broke the pack is unknown: redo them one by one, so only
+            # that one fails.
+            log.exception("packed prefill of %d chunks failed; retrying one by one", len(plan))
+            for seq, chunk in plan:
+                t0 = time.perf_counter()
+                try:
+                    row = self.runner.prefill(
+                        seq.slot,  # type: ignore[arg-type]
+                        list(seq.request.prompt_ids[seq.prefilled : seq.prefilled + chunk]),
+                        seq.prefilled,
+                    )
+                except Exception as e:
+                    log.exception("prefill failed for %s", seq.request.request_id)
+                    self._finish_error(seq, f"prefill failed: {e}")
+                    continue
+                self._prefilled(seq, chunk, row, time.perf_counter() - t0)
+            return
+        seconds = (time.perf_counter() - t0) / len(plan)
+        for (seq, chunk), row in zip(plan, logits, strict=True):
+            self._prefilled(seq, chunk, row, seconds)
+
+    def _compact_slots(self) -> None:
+        """Move running sequences into slots 0 ... n - 1 (see the module docstring)."""
+        n = len(self._running)
+        used = {seq.slot for seq in self._running}
+        holes = [slot for slot in range(n) if slot not in used]
+        if not holes:
+            return
+        movers = sorted(
+            (seq for seq in self._running if seq.slot is not None and seq.slot >= n),
+            key=lambda seq: seq.slot,  # type: ignore[arg-type,return-value]
+        )
+        holders = {seq.slot: seq for seq in self._waiting if seq.slot is not None}
+        for seq, hole in zip(movers, holes, strict=True):
+            old = seq.slot
+            assert old is not None
+            self.runner.swap_slots(old, hole)
+            holder = holders.get(hole)
+            if holder is not None:
+                holder.slot = old
+            else:
+                self._free_slots.discard(hole)
+                self._free_slots.add(old)
+            seq.slot = hole
+        self._running.sort(key=lambda seq: seq.slot)  # type: ignore[arg-type,return-value]
 
     def _decode_step(self) -> None:
+        if self._compact:
+            self._compact_slots()
         rows = list(self._running)
         t0 = time.perf_counter()
         try:
@@ -259,8 +359,15 @@ class Scheduler:
                     log.exception("decode failed for %s", seq.request.request_id)
                     self._finish_error(seq, f"decode failed: {e}")
         else:
-            for seq, row in zip(rows, logits, strict=True):
-                self._accept(seq, row)
+            try:
+                tokens = choose_tokens(
+                    logits, [s.sampler for s in rows], [len(s.output_ids) for s in rows]
+                )
+            except Exception:
+                log.exception("batched token choice failed; choosing row by row")
+                tokens = [None] * len(rows)
+            for seq, row, token in zip(rows, logits, tokens, strict=True):
+                self._accept(seq, row, token)
         self._running = [s for s in self._running if not s.done]
         self.metrics.observe_step("decode", time.perf_counter() - t0, len(rows), len(rows))
 
@@ -270,11 +377,13 @@ class Scheduler:
         positions = [s.prompt_len + len(s.output_ids) - 1 for s in rows]
         return self.runner.decode(slots, tokens, positions)  # type: ignore[arg-type]
 
-    def _accept(self, seq: _Sequence, logits: torch.Tensor) -> None:
-        """Choose the sequence's next token from its logits, stream it, maybe finish it."""
+    def _accept(self, seq: _Sequence, logits: torch.Tensor, token: int | None = None) -> None:
+        """Choose the sequence's next token from its logits (unless `choose_tokens` already
+        did), stream it, maybe finish it."""
         params = seq.request.params
         try:
-            token = choose_token(logits, seq.sampler, len(seq.output_ids))
+            if token is None:
+                token = choose_token(logits, seq.sampler, len(seq.output_ids))
             seq.output_ids.append(token)
             n = len(seq.output_ids)
             text = seq.stream.add(token, check_stop=n >= params.min_tokens)
@@ -322,7 +431,7 @@ class Scheduler:
         seq.done = True
         self._by_id.pop(seq.request.request_id, None)
         if seq.slot is not None:
-            self._free_slots.append(seq.slot)
+            self._free_slots.add(seq.slot)
             seq.slot = None
         if seq in self._waiting:
             self._waiting.remove(seq)

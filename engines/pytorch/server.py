@@ -399,11 +399,21 @@ def create_state(config: EngineConfig) -> EngineState:
         max_model_len=config.max_model_len,
         served_name=config.served_model_name,
     )
+    device_type = loaded.device.type
     runner = ModelRunner(
         loaded,
         num_slots=config.max_running,
-        batch_invariant=config.batch_invariant_on(loaded.device.type),
+        batch_invariant=config.batch_invariant_on(device_type),
+        batched_decode=config.batched_decode_on(device_type),
+        cuda_graphs=config.cuda_graphs_on(device_type),
+        packed_prefill=config.packed_prefill_on(device_type),
+        fused_norms=config.fused_norms_on(device_type),
+        compile_mode=config.compile_mode,
     )
+    if runner.graphs is not None and config.graph_warmup_len > 0:
+        # Before /health answers: the first requests should not wait for captures.
+        count = runner.warmup_graphs(config.graph_warmup_len)
+        log.info("captured %d decode graphs in %.1fs", count, runner.graphs.capture_s)
     metrics = EngineMetrics(loaded.name)
 
     def not_started(batch: list[tuple[object, StepOutput]]) -> None:

@@ -4,8 +4,11 @@ the roofline (weight bytes streamed per decode step over measured copy bandwidth
 
 It measures the runner, not the server: `bench sweep` against the HTTP server is the
 figure users compare; this one says how much of it the model step is, and profiles it.
+The runner's modes are flags: row-by-row or batched decode attention, CUDA graphs, and
+torch.compile of the batched step (`--compile-mode`), so each can be measured alone.
 
-    python -m engines.pytorch.stepbench --model random:gemma-4-e2b --batches 1,8,64
+    python -m engines.pytorch.stepbench --model random:gemma-4-e2b --batches 1,8,64 \
+        --decode-attention batched --cuda-graphs on --profile
 """
 
 from __future__ import annotations
@@ -68,8 +71,14 @@ def decode_times(
     runner: ModelRunner, batch: int, prompt_len: int, steps: int, warmup: int
 ) -> dict[str, Any]:
     prompt = [(7 * i) % 200 + 1 for i in range(prompt_len)]
-    prefill_s = [_timed(lambda s=s: runner.prefill(s, prompt), runner.device) for s in range(batch)]
     slots = list(range(batch))
+    # Prompts packed 16 to a forward, as the scheduler packs them on CUDA: 64 eager
+    # one-prompt forwards would take longer than everything else here.
+    groups = [slots[i : i + 16] for i in range(0, batch, 16)]
+    prefill_s = sum(
+        _timed(lambda g=g: runner.prefill_many([(s, prompt, 0) for s in g]), runner.device)
+        for g in groups
+    )
     times = []
     for k in range(warmup + steps):
         positions = [prompt_len + k] * batch
@@ -80,43 +89,64 @@ def decode_times(
     return {
         "batch": batch,
         "prompt_len": prompt_len,
-        "prefill_ms_median": 1e3 * statistics.median(prefill_s),
+        "prefill_ms_per_prompt": 1e3 * prefill_s / batch,
         "decode_step_ms_median": 1e3 * step,
         "decode_step_ms_min": 1e3 * min(times),
         "decode_tok_s": batch / step,
     }
 
 
-def profile_decode(runner: ModelRunner, batch: int, prompt_len: int) -> dict[str, Any]:
-    """One decode step under torch.profiler: kernel launches, device and host time, top ops."""
+def profile_decode(
+    runner: ModelRunner, batch: int, prompt_len: int, top_n: int = 15
+) -> dict[str, Any]:
+    """One decode step under torch.profiler: kernels, device time against the step's
+    wall time (unprofiled, median of a few), and the top kernels and host ops."""
     from torch.profiler import ProfilerActivity, profile
 
     slots = list(range(batch))
-    positions = [prompt_len + 1000] * batch  # past the timed steps' positions
-    runner.cache.ensure_capacity(prompt_len + 1001)
+    positions = [prompt_len + 40] * batch  # within the timed steps' KV bucket
+    runner.cache.ensure_capacity(prompt_len + 41)
     activities = [ProfilerActivity.CPU]
     if runner.device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    runner.decode(slots, [5] * batch, positions)
-    _sync(runner.device)
+    for _ in range(2):  # warm: a graph for this shape is captured here, not profiled
+        runner.decode(slots, [5] * batch, positions)
+    wall = statistics.median(
+        _timed(lambda: runner.decode(slots, [5] * batch, positions), runner.device)
+        for _ in range(5)
+    )
     with profile(activities=activities) as prof:
         runner.decode(slots, [5] * batch, positions)
         _sync(runner.device)
     events = prof.key_averages()
     device_events = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
-    top = sorted(events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True)[:12]
+    host_events = [e for e in events if e not in device_events]
+    device_ms = sum(getattr(e, "self_device_time_total", 0) for e in device_events) / 1e3
+    top = sorted(
+        device_events, key=lambda e: getattr(e, "self_device_time_total", 0), reverse=True
+    )[:top_n]
+    top_host = sorted(host_events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top_n]
     return {
         "batch": batch,
+        "step_wall_ms": 1e3 * wall,
         "device_kernels": sum(e.count for e in device_events),
-        "device_time_ms": sum(getattr(e, "self_device_time_total", 0) for e in device_events) / 1e3,
-        "host_ops": sum(e.count for e in events if e not in device_events),
-        "top_by_device_time": [
+        "device_time_ms": device_ms,
+        # Share of the step's wall time the GPU spends in kernels: near 1 is GPU-bound,
+        # far below it the host (Python, launches) is what the step waits for.
+        "device_busy_fraction": device_ms / (1e3 * wall) if wall > 0 else None,
+        "host_ops": sum(e.count for e in host_events),
+        "host_self_cpu_ms": sum(e.self_cpu_time_total for e in host_events) / 1e3,
+        "top_kernels": [
             {
-                "op": e.key[:80],
+                "kernel": e.key[:100],
                 "count": e.count,
                 "ms": getattr(e, "self_device_time_total", 0) / 1e3,
             }
             for e in top
+        ],
+        "top_host_ops": [
+            {"op": e.key[:80], "count": e.count, "self_cpu_ms": e.self_cpu_time_total / 1e3}
+            for e in top_host
         ],
     }
 
@@ -149,9 +179,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--batch-invariant", choices=("on", "off"), default="off")
+    p.add_argument("--decode-attention", choices=("ragged", "batched"), default="ragged")
+    p.add_argument("--cuda-graphs", choices=("on", "off"), default="off")
+    p.add_argument("--fused-norms", choices=("on", "off"), default="off")
+    p.add_argument(
+        "--compile-mode",
+        default=None,
+        help="torch.compile the batched step: default, reduce-overhead, "
+        "max-autotune-no-cudagraphs (none: eager)",
+    )
     p.add_argument("--generate-tokens", type=int, default=0, help="0: skip the generate() baseline")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--profile", action="store_true", help="profile one decode step at batch 1")
+    p.add_argument(
+        "--profile", action="store_true", help="profile one decode step at the batch sizes"
+    )
     p.add_argument("--out", help="write the results here as JSON")
     args = p.parse_args(argv)
     if args.threads > 0:
@@ -159,7 +200,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     batches = [int(b) for b in args.batches.split(",") if b]
     loaded = load_model(args.model, dtype=args.dtype, device=args.device)
     runner = ModelRunner(
-        loaded, num_slots=max(batches), batch_invariant=args.batch_invariant == "on"
+        loaded,
+        num_slots=max(batches),
+        batch_invariant=args.batch_invariant == "on",
+        batched_decode=args.decode_attention == "batched",
+        cuda_graphs=args.cuda_graphs == "on",
+        fused_norms=args.fused_norms == "on",
+        compile_mode=args.compile_mode,
     )
     result: dict[str, Any] = {
         "model": args.model,
@@ -169,6 +216,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "dtype": str(loaded.dtype).removeprefix("torch."),
         "torch": torch.__version__,
         "batch_invariant": args.batch_invariant,
+        "decode_attention": args.decode_attention,
+        "cuda_graphs": args.cuda_graphs,
+        "fused_norms": args.fused_norms,
+        "compile_mode": args.compile_mode,
         "weight_bytes_streamed": streamed_weight_bytes(loaded.model),
         "decode": [
             decode_times(runner, b, args.prompt_len, args.steps, args.warmup) for b in batches
@@ -180,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result["roofline_step_ms"] = 1e3 * result["weight_bytes_streamed"] / bw
         result["roofline_tok_s_batch1"] = bw / result["weight_bytes_streamed"]
     if args.profile:
-        result["profile_batch1"] = profile_decode(runner, 1, args.prompt_len)
+        result["profiles"] = [profile_decode(runner, b, args.prompt_len) for b in batches]
     if args.generate_tokens:
         result["generate_batch1"] = generate_baseline(loaded, args.prompt_len, args.generate_tokens)
     text = json.dumps(result, indent=2)

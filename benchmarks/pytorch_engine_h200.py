@@ -1,0 +1,521 @@
+"""The project's PyTorch engine on one NVIDIA GPU (an H200), in one run, against issue 4's
+targets: batch 1 at least 50% of the roofline and 5x plain `generate()`, and aggregate
+decode at 64 concurrent requests at least 15x batch 1.
+
+Sections, each recorded even if a later one fails (`result.json` is rewritten after each):
+1. roofline: weight bytes streamed per decode step over device-to-device copy bandwidth
+   measured in this run;
+2. transformers' plain `generate()` at batch 1 on the same model (greedy, SDPA, its own
+   dynamic cache);
+3. the engine's model step (`engines.pytorch.stepbench`, no HTTP) at batch 1, 8 and 64
+   in four modes, one change at a time: row-by-row attention eager (the engine before
+   the CUDA path), batched attention eager, batched attention in CUDA graphs, and that
+   with fused RMSNorms (the CUDA default), with a torch.profiler summary of one decode
+   step (kernels, device vs wall time, top kernels and host ops);
+4. decode through the HTTP server: `python -m engines.pytorch` under the supervisor,
+   measured with the project's own sweep (`agent.loadgen.sweep.run_sweep`) at 1, 8 and 64
+   concurrent requests of 128 prompt and 512 output tokens, with the server's own decode
+   step time and batch size per cell from its /metrics;
+5. optional (`--compile-mode`): torch.compile of the batched step inside the CUDA graphs,
+   at `--compile-batches` (default 1), in a subprocess with a time limit; and optional
+   server variants (`--server-variant NAME=FLAGS`), each one more sweep.
+
+    python -m benchmarks.pytorch_engine_h200 OUT_DIR [--compile-mode default]
+
+A dry run on CPU (`--model random:tiny --device cpu`, graph modes run eagerly) checks
+the script end to end before GPU time is spent on it.
+
+Prints a table last; writes OUT_DIR/result.json, the sweep's records and the server log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import logging
+import re
+import shlex
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import torch
+
+from agent.loadgen.client import OpenAIClient
+from agent.loadgen.sweep import run_sweep
+from agent.results import ResultWriter
+from agent.supervisor import EngineServer, free_port
+from contract.results import CellResult
+from contract.suite import RequestSettings, Shape, SweepSettings
+from engines.pytorch.model import LoadedModel, load_model
+from engines.pytorch.runner import ModelRunner
+from engines.pytorch.stepbench import (
+    copy_bandwidth,
+    decode_times,
+    generate_baseline,
+    profile_decode,
+    streamed_weight_bytes,
+)
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BATCHES = (1, 8, 64)
+PROMPT_LEN = 128
+
+
+class Recorder:
+    """The run's results, saved after every section; a failing section is recorded too."""
+
+    def __init__(self, out: Path, argv: Sequence[str]) -> None:
+        self.out = out
+        self.t0 = time.monotonic()
+        self.data: dict[str, Any] = {
+            "command": "python -m benchmarks.pytorch_engine_h200 " + " ".join(argv),
+            "started_unix_s": time.time(),
+            "sections": {},
+            "errors": {},
+        }
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def save(self) -> None:
+        (self.out / "result.json").write_text(json.dumps(self.data, indent=2, default=str))
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.monotonic()
+        log.info("section %s: start (%.0fs into the run)", name, self.elapsed())
+        try:
+            value = fn()
+        except Exception as e:
+            log.exception("section %s failed", name)
+            self.data["errors"][name] = f"{type(e).__name__}: {e}\n{traceback.format_exc()[-3000:]}"
+            value = None
+        else:
+            self.data["sections"][name] = value
+        self.data.setdefault("section_s", {})[name] = time.monotonic() - t0
+        self.save()
+        return value
+
+
+def _free_cuda() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def environment() -> dict[str, Any]:
+    import transformers
+
+    gpu: dict[str, Any] = {"gpu": "none (CPU)"}
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        gpu = {
+            "gpu": torch.cuda.get_device_name(0),
+            "capability": list(torch.cuda.get_device_capability(0)),
+            "multiprocessors": props.multi_processor_count,
+            "memory_gib": props.total_memory / 2**30,
+        }
+    return {
+        **gpu,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+    }
+
+
+def roofline(loaded: LoadedModel) -> dict[str, Any]:
+    weight_bytes = streamed_weight_bytes(loaded.model)
+    bw = copy_bandwidth(loaded.device, nbytes=1 << 30 if loaded.device.type == "cuda" else 1 << 26)
+    return {
+        "weight_bytes_streamed": weight_bytes,
+        "copy_bandwidth_gb_s": bw / 1e9,
+        "roofline_step_ms": 1e3 * weight_bytes / bw,
+        "roofline_tok_s_batch1": bw / weight_bytes,
+    }
+
+
+def step_mode(
+    loaded: LoadedModel,
+    *,
+    batched: bool,
+    graphs: bool,
+    fused: bool,
+    steps: int,
+    warmup: int,
+    profile_batches: Sequence[int],
+) -> dict[str, Any]:
+    """The runner's decode step at each batch size in one mode, and profiles."""
+    runner = ModelRunner(
+        loaded,
+        num_slots=max(BATCHES),
+        batch_invariant=False,
+        batched_decode=batched,
+        cuda_graphs=graphs,
+        fused_norms=fused,
+    )
+    try:
+        decode = [decode_times(runner, b, PROMPT_LEN, steps, warmup) for b in BATCHES]
+        profiles = [profile_decode(runner, b, PROMPT_LEN) for b in profile_batches]
+        out: dict[str, Any] = {"decode": decode, "profiles": profiles}
+        if runner.graphs is not None:
+            out["graphs_captured"] = len(runner.graphs.graphs)
+            out["graph_capture_s"] = runner.graphs.capture_s
+        if torch.cuda.is_available():
+            out["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        return out
+    finally:
+        del runner
+        _free_cuda()
+
+
+_SAMPLE = re.compile(r"^(pytorch_engine_\w+?)(?:\{([^}]*)\})? (\S+)$")
+
+
+def scrape(base_url: str) -> dict[str, float]:
+    """Histogram sums and counts from the server's /metrics, keyed `name:phase`."""
+    text = httpx.get(f"{base_url}/metrics", timeout=10.0, trust_env=False).text
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m or not m.group(1).endswith(("_sum", "_count")):
+            continue
+        phase = re.search(r'phase="(\w+)"', m.group(2) or "")
+        key = f"{m.group(1)}:{phase.group(1)}" if phase else m.group(1)
+        values[key] = float(m.group(3))
+    return values
+
+
+def _delta(after: dict[str, float], before: dict[str, float], key: str) -> float:
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+def server_sweep(
+    out: Path,
+    model: str,
+    shape: Shape,
+    levels: Sequence[int],
+    repeats: int,
+    extra_args: Sequence[str] = (),
+    tag: str = "",
+) -> dict[str, Any]:
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    argv = [
+        sys.executable,
+        "-m",
+        "engines.pytorch",
+        "--model",
+        model,
+        "--port",
+        str(port),
+        "--max-running",
+        str(max(BATCHES)),
+        *extra_args,
+    ]
+    result: dict[str, Any] = {"argv": argv[1:], "shape": shape.name, "cells": {}}
+    request = RequestSettings()
+    settings = SweepSettings(
+        shapes=(shape,), levels=tuple(levels), repeats=repeats, request=request, max_cell_s=300
+    )
+    with EngineServer(
+        "pytorch", argv, log_path=out / f"server{tag}.log", port=port, cwd=REPO_ROOT
+    ) as srv:
+        result["health_s"] = srv.wait_healthy(f"{base_url}/health", 420)
+        marks = [scrape(base_url)]
+
+        def on_cell(cell: CellResult) -> None:
+            now = scrape(base_url)
+            before, marks[0] = marks[0], now
+            steps = _delta(now, before, "pytorch_engine_step_seconds_count:decode")
+            rows = _delta(now, before, "pytorch_engine_decode_batch_size_sum")
+            prefill_steps = _delta(now, before, "pytorch_engine_step_seconds_count:prefill")
+            tpot = cell.tpot_ms_p50_median
+            result["cells"][str(cell.concurrency)] = {
+                "status": cell.status,
+                "reason": cell.reason,
+                "aggregate_output_tok_s_median": cell.aggregate_output_tok_s_median,
+                "aggregate_output_tok_s_min": cell.aggregate_output_tok_s_min,
+                "aggregate_output_tok_s_max": cell.aggregate_output_tok_s_max,
+                "per_request_decode_tok_s": 1e3 / tpot if tpot else None,
+                "tpot_ms_p50_median": tpot,
+                "ttft_ms_p50_median": cell.ttft_ms_p50_median,
+                "server_decode_steps": steps,
+                "server_decode_step_ms_mean": 1e3
+                * _delta(now, before, "pytorch_engine_step_seconds_sum:decode")
+                / steps
+                if steps
+                else None,
+                "server_decode_rows_mean": rows / steps if steps else None,
+                "server_prefill_s": _delta(now, before, "pytorch_engine_step_seconds_sum:prefill"),
+                "server_prefill_chunks": prefill_steps,
+            }
+
+        async def sweep() -> None:
+            async with OpenAIClient(base_url, settings=request, max_connections=64) as client:
+                writer = ResultWriter(out / f"sweep{tag}")
+                await run_sweep(client, settings, writer, on_cell=on_cell)
+
+        asyncio.run(sweep())
+    return result
+
+
+def compiled_mode(
+    out: Path, model: str, mode: str, timeout_s: float, batches: str = "1"
+) -> dict[str, Any]:
+    """torch.compile of the batched step, in its own process so a long compile can be cut.
+    reduce-overhead brings torch's own CUDA graphs, so the engine's are off for it."""
+    path = out / f"stepbench-compile-{mode}.json"
+    cmd = [
+        sys.executable,
+        "-m",
+        "engines.pytorch.stepbench",
+        "--model",
+        model,
+        "--batches",
+        batches,
+        "--steps",
+        "32",
+        "--profile",
+        "--decode-attention",
+        "batched",
+        "--cuda-graphs",
+        "off" if mode == "reduce-overhead" else "on",
+        "--fused-norms",
+        "on",
+        "--compile-mode",
+        mode,
+        "--out",
+        str(path),
+    ]
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+    res: dict[str, Any] = {"returncode": proc.returncode, "wall_s": time.monotonic() - t0}
+    if proc.returncode != 0:
+        res["stderr_tail"] = proc.stderr[-3000:]
+    if path.exists():
+        res["stepbench"] = json.loads(path.read_text())
+    return res
+
+
+def _fmt(x: float | None, spec: str = ".1f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def table(data: dict[str, Any]) -> str:
+    s = data["sections"]
+    lines = ["| measure | value |", "| --- | --- |"]
+    env = s.get("environment") or {}
+    lines.append(
+        f"| GPU | {env.get('gpu')} (torch {env.get('torch')}, transformers "
+        f"{env.get('transformers')}) |"
+    )
+    roof = s.get("roofline") or {}
+    r_tok = roof.get("roofline_tok_s_batch1")
+    if roof:
+        lines.append(
+            f"| roofline | {roof['weight_bytes_streamed'] / 1e9:.2f} GB weights / "
+            f"{roof['copy_bandwidth_gb_s']:.0f} GB/s = {roof['roofline_step_ms']:.3f} ms/step "
+            f"= {r_tok:.0f} tok/s at batch 1 |"
+        )
+    gen = (s.get("generate") or {}).get("tok_s")
+    lines.append(f"| transformers generate(), batch 1 | {_fmt(gen)} tok/s |")
+    for name, label in (
+        ("step_rowwise_eager", "engine step, row-by-row attention, eager (before)"),
+        ("step_batched_eager", "engine step, batched attention, eager"),
+        ("step_batched_graphs_unfused", "engine step, batched attention, CUDA graphs"),
+        ("step_batched_graphs", "engine step, batched, CUDA graphs, fused norms (default)"),
+    ):
+        mode = s.get(name)
+        if not mode:
+            continue
+        cells = ", ".join(
+            f"b{d['batch']}: {d['decode_step_ms_median']:.2f} ms = {d['decode_tok_s']:.0f} tok/s"
+            for d in mode["decode"]
+        )
+        lines.append(f"| {label} | {cells} |")
+    for name, mode in s.items():
+        if not name.startswith("compile-") or not mode:
+            continue
+        bench = mode.get("stepbench")
+        if not bench:
+            tail = (mode.get("stderr_tail") or "").strip().splitlines()[-1:]
+            lines.append(f"| engine step, torch.{name} | failed: {tail} |")
+        else:
+            cells = ", ".join(
+                f"b{d['batch']}: {d['decode_step_ms_median']:.2f} ms = "
+                f"{d['decode_tok_s']:.0f} tok/s"
+                for d in bench["decode"]
+            )
+            lines.append(f"| engine step, torch.{name} (batched) | {cells} |")
+    graphs = s.get("step_batched_graphs")
+    if graphs:
+        for p in graphs["profiles"]:
+            top = "; ".join(
+                f"{k['kernel'][:48]} {k['ms']:.3f} ms x{k['count']}" for k in p["top_kernels"][:4]
+            )
+            lines.append(
+                f"| profile, graphs, batch {p['batch']} | wall {p['step_wall_ms']:.3f} ms, "
+                f"GPU {p['device_time_ms']:.3f} ms in {p['device_kernels']} kernels "
+                f"(busy {_fmt(p['device_busy_fraction'], '.0%')}); top: {top} |"
+            )
+    eager = s.get("step_rowwise_eager")
+    if eager:
+        p = eager["profiles"][0]
+        lines.append(
+            f"| profile, row-by-row eager, batch 1 | wall {p['step_wall_ms']:.1f} ms, GPU "
+            f"{p['device_time_ms']:.2f} ms in {p['device_kernels']} kernels |"
+        )
+    for name, variant in s.items():
+        if name.startswith("server-") and variant:
+            for level, c in variant.get("cells", {}).items():
+                lines.append(
+                    f"| {name} ({' '.join(variant['argv'][-2:])}), {level} concurrent | "
+                    f"aggregate {_fmt(c['aggregate_output_tok_s_median'])} tok/s, per request "
+                    f"{_fmt(c['per_request_decode_tok_s'])} tok/s, server step "
+                    f"{_fmt(c['server_decode_step_ms_mean'], '.2f')} ms x "
+                    f"{_fmt(c['server_decode_rows_mean'])} rows |"
+                )
+    server = s.get("server") or {}
+    cells = server.get("cells", {})
+    for level, c in cells.items():
+        lines.append(
+            f"| server, {level} concurrent ({server.get('shape')}) | aggregate "
+            f"{_fmt(c['aggregate_output_tok_s_median'])} tok/s, per request "
+            f"{_fmt(c['per_request_decode_tok_s'])} tok/s, TTFT p50 "
+            f"{_fmt(c['ttft_ms_p50_median'])} ms, server step "
+            f"{_fmt(c['server_decode_step_ms_mean'], '.2f')} ms x "
+            f"{_fmt(c['server_decode_rows_mean'])} rows |"
+        )
+    b1 = (cells.get("1") or {}).get("aggregate_output_tok_s_median")
+    b64 = (cells.get("64") or {}).get("aggregate_output_tok_s_median")
+    step1 = None
+    if graphs:
+        step1 = graphs["decode"][0]["decode_tok_s"]
+    if r_tok:
+        lines.append(
+            f"| batch 1 vs roofline (target >= 50%) | server {_fmt(b1 and 100 * b1 / r_tok)}%, "
+            f"model step {_fmt(step1 and 100 * step1 / r_tok)}% |"
+        )
+    if gen:
+        lines.append(
+            f"| batch 1 vs generate() (target >= 5x) | server {_fmt(b1 and b1 / gen)}x, "
+            f"model step {_fmt(step1 and step1 / gen)}x |"
+        )
+    lines.append(f"| aggregate 64 vs batch 1 (target >= 15x) | {_fmt(b1 and b64 and b64 / b1)}x |")
+    return "\n".join(lines)
+
+
+def in_process(rec: Recorder, args: argparse.Namespace, skip: set[str]) -> None:
+    """The sections that share one loaded model (freed on return, before the server)."""
+    loaded = load_model(args.model, dtype="auto", device=args.device)
+    on_cuda = loaded.device.type == "cuda"
+    rec.run("roofline", lambda: roofline(loaded))
+    if "generate" not in skip:
+        rec.run("generate", lambda: generate_baseline(loaded, PROMPT_LEN, args.generate_tokens))
+    # Fused norms change the model for good, so the unfused modes go first.
+    modes = [
+        ("step_rowwise_eager", False, False, False, 6, (1,)),
+        ("step_batched_eager", True, False, False, 8, (1,)),
+        ("step_batched_graphs_unfused", True, True, False, 16, ()),
+        ("step_batched_graphs", True, True, True, 32, BATCHES),
+    ]
+    for name, batched, graphs, fused, steps, profiled in modes:
+        if name in skip:
+            continue
+        rec.run(
+            name,
+            # On CPU (a dry run of this script) the graph modes run eagerly.
+            lambda b=batched, g=graphs and on_cuda, f=fused, n=steps, pb=profiled: step_mode(
+                loaded, batched=b, graphs=g, fused=f, steps=n, warmup=2, profile_batches=pb
+            ),
+        )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.pytorch_engine_h200")
+    p.add_argument("out", type=Path)
+    p.add_argument("--model", default="random:gemma-4-e2b")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--output-tokens", type=int, default=512, help="sweep shape: 128 in, N out")
+    p.add_argument("--generate-tokens", type=int, default=64)
+    p.add_argument("--levels", default="1,8,64")
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--server-args", default="", help="more flags for the server (one string)")
+    p.add_argument(
+        "--server-variant",
+        action="append",
+        default=[],
+        help="NAME=FLAGS: one more server sweep with these flags, after the others",
+    )
+    p.add_argument("--skip", default="", help="comma-separated sections to skip")
+    p.add_argument("--compile-mode", action="append", default=[], help="torch.compile modes")
+    p.add_argument("--compile-timeout-s", type=float, default=300.0)
+    p.add_argument(
+        "--compile-batches",
+        default="1",
+        help="batch sizes of the compiled step (static shapes: about a minute each on an H200)",
+    )
+    p.add_argument("--budget-s", type=float, default=480.0, help="skip compile past this")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args.out.mkdir(parents=True, exist_ok=True)
+    skip = set(args.skip.split(","))
+    rec = Recorder(args.out, argv)
+    rec.run("environment", environment)
+    in_process(rec, args, skip)
+    _free_cuda()
+    if "server" not in skip:
+        levels = [int(x) for x in args.levels.split(",") if x]
+        shape = Shape(input_tokens=PROMPT_LEN, output_tokens=args.output_tokens)
+        extra = shlex.split(args.server_args)
+        rec.run(
+            "server",
+            lambda: server_sweep(args.out, args.model, shape, levels, args.repeats, extra),
+        )
+    for mode in args.compile_mode:
+        left = args.budget_s - rec.elapsed()
+        if left < 60:
+            rec.data["errors"][f"compile-{mode}"] = f"skipped: {left:.0f}s of the budget left"
+            continue
+        timeout = min(args.compile_timeout_s, left)
+        rec.run(
+            f"compile-{mode}",
+            lambda m=mode, t=timeout: compiled_mode(
+                args.out, args.model, m, t, args.compile_batches
+            ),
+        )
+    for variant in args.server_variant:
+        name, _, flags = variant.partition("=")
+        extra = [*shlex.split(args.server_args), *shlex.split(flags)]
+        levels = [int(x) for x in args.levels.split(",") if x]
+        shape = Shape(input_tokens=PROMPT_LEN, output_tokens=args.output_tokens)
+        rec.run(
+            f"server-{name}",
+            lambda e=extra, lv=levels, sh=shape, n=name: server_sweep(
+                args.out, args.model, sh, lv, args.repeats, e, tag=f"-{n}"
+            ),
+        )
+    rec.data["total_s"] = rec.elapsed()
+    rec.data["table"] = table(rec.data)
+    rec.save()
+    print(rec.data["table"])
+    for name, err in rec.data["errors"].items():
+        print(f"ERROR in {name}: {err.splitlines()[0]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
