@@ -143,7 +143,10 @@ def test_host_sampling_tags_jobs_and_follows_the_engine_tree(
 
     # Host values are there; the engine tree (parent + burning child) is followed.
     assert all(s.ram_used_mib and s.ram_pct is not None for s in samples)
-    assert sum(s.cpu_pct is not None for s in samples) >= len(samples) - 1
+    # CPU % needs the system's CPU time to have advanced since the last read; /proc/stat
+    # counts in 10 ms ticks, so the very first read, the two reads a job switch forces back
+    # to back (three switches here) and the final read at stop may have nothing to divide by.
+    assert sum(s.cpu_pct is not None for s in samples) >= len(samples) - (1 + 2 * 3 + 1)
     late = [s for s in samples if s.time_perf_ns >= marks["b"][0]]
     assert all(s.engine_pid == engine_tree.pid for s in samples)
     assert max(s.engine_procs or 0 for s in late) == 2
