@@ -8,17 +8,19 @@ Sections, each recorded even if a later one fails (`result.json` is rewritten af
 2. transformers' plain `generate()` at batch 1 on the same model (greedy, SDPA, its own
    dynamic cache);
 3. the engine's model step (`engines.pytorch.stepbench`, no HTTP) at batch 1, 8 and 64
-   in four modes, one change at a time: row-by-row attention eager (the engine before
-   the CUDA path), batched attention eager, batched attention in CUDA graphs, and that
-   with fused RMSNorms (the CUDA default), with a torch.profiler summary of one decode
-   step (kernels, device vs wall time, top kernels and host ops);
+   in modes, one change at a time: row-by-row attention eager (the engine before the
+   CUDA path), batched attention eager, batched attention in CUDA graphs, that with fused
+   RMSNorms, and the Gemma 4 decode program in CUDA graphs (uncompiled, with cuBLAS or
+   the Triton GEMV), with a torch.profiler summary of one decode step (kernels, device
+   vs wall time, top kernels and host ops);
 4. decode through the HTTP server: `python -m engines.pytorch` under the supervisor,
    measured with the project's own sweep (`agent.loadgen.sweep.run_sweep`) at 1, 8 and 64
    concurrent requests of 128 prompt and 512 output tokens, with the server's own decode
    step time and batch size per cell from its /metrics;
-5. optional (`--compile-mode`): torch.compile of the batched step inside the CUDA graphs,
-   at `--compile-batches` (default 1), in a subprocess with a time limit; and optional
-   server variants (`--server-variant NAME=FLAGS`), each one more sweep.
+5. optional (`--compile-mode`): the decode program with each kind of layer
+   torch.compile'd and the Triton GEMV (the server's CUDA default), inside the CUDA
+   graphs, at `--compile-batches` (default 1), in a subprocess with a time limit; and
+   optional server variants (`--server-variant NAME=FLAGS`), each one more sweep.
 
     python -m benchmarks.pytorch_engine_h200 OUT_DIR [--compile-mode default]
 
@@ -153,6 +155,8 @@ def step_mode(
     steps: int,
     warmup: int,
     profile_batches: Sequence[int],
+    program: bool = False,
+    triton_gemv: bool = False,
 ) -> dict[str, Any]:
     """The runner's decode step at each batch size in one mode, and profiles."""
     runner = ModelRunner(
@@ -162,6 +166,8 @@ def step_mode(
         batched_decode=batched,
         cuda_graphs=graphs,
         fused_norms=fused,
+        decode_program=program,
+        triton_gemv=triton_gemv,
     )
     try:
         decode = [decode_times(runner, b, PROMPT_LEN, steps, warmup) for b in BATCHES]
@@ -270,11 +276,12 @@ def server_sweep(
 
 
 def compiled_mode(
-    out: Path, model: str, mode: str, timeout_s: float, batches: str = "1"
+    out: Path, model: str, mode: str, timeout_s: float, batches: str = "1", program: bool = True
 ) -> dict[str, Any]:
-    """torch.compile of the batched step, in its own process so a long compile can be cut.
-    reduce-overhead brings torch's own CUDA graphs, so the engine's are off for it."""
-    path = out / f"stepbench-compile-{mode}.json"
+    """torch.compile of the batched step (with the decode program: of each kind of layer),
+    in its own process so a long compile can be cut. reduce-overhead brings torch's own
+    CUDA graphs, so the engine's are off for it."""
+    path = out / f"stepbench-compile-{mode}{'-program' if program else ''}.json"
     cmd = [
         sys.executable,
         "-m",
@@ -294,6 +301,10 @@ def compiled_mode(
         "on",
         "--compile-mode",
         mode,
+        "--decode-program",
+        "on" if program else "off",
+        "--triton-gemv",
+        "on" if program else "off",
         "--out",
         str(path),
     ]
@@ -335,7 +346,9 @@ def table(data: dict[str, Any]) -> str:
         ("step_rowwise_eager", "engine step, row-by-row attention, eager (before)"),
         ("step_batched_eager", "engine step, batched attention, eager"),
         ("step_batched_graphs_unfused", "engine step, batched attention, CUDA graphs"),
-        ("step_batched_graphs", "engine step, batched, CUDA graphs, fused norms (default)"),
+        ("step_batched_graphs", "engine step, batched, CUDA graphs, fused norms"),
+        ("step_program_graphs", "engine step, decode program, CUDA graphs, eager, cuBLAS"),
+        ("step_program_graphs_gemv", "engine step, decode program + Triton GEMV, CUDA graphs"),
     ):
         mode = s.get(name)
         if not mode:
@@ -358,15 +371,19 @@ def table(data: dict[str, Any]) -> str:
                 f"{d['decode_tok_s']:.0f} tok/s"
                 for d in bench["decode"]
             )
-            lines.append(f"| engine step, torch.{name} (batched) | {cells} |")
-    graphs = s.get("step_batched_graphs")
-    if graphs:
-        for p in graphs["profiles"]:
+            what = (
+                "decode program, per-layer compiled, Triton GEMV (the CUDA default)"
+                if bench.get("decode_program")
+                else "batched"
+            )
+            lines.append(f"| engine step, torch.{name}, {what} | {cells} |")
+    for name in ("step_batched_graphs", "step_program_graphs", "step_program_graphs_gemv"):
+        for p in (s.get(name) or {}).get("profiles", []):
             top = "; ".join(
                 f"{k['kernel'][:48]} {k['ms']:.3f} ms x{k['count']}" for k in p["top_kernels"][:4]
             )
             lines.append(
-                f"| profile, graphs, batch {p['batch']} | wall {p['step_wall_ms']:.3f} ms, "
+                f"| profile, {name}, batch {p['batch']} | wall {p['step_wall_ms']:.3f} ms, "
                 f"GPU {p['device_time_ms']:.3f} ms in {p['device_kernels']} kernels "
                 f"(busy {_fmt(p['device_busy_fraction'], '.0%')}); top: {top} |"
             )
@@ -401,8 +418,12 @@ def table(data: dict[str, Any]) -> str:
     b1 = (cells.get("1") or {}).get("aggregate_output_tok_s_median")
     b64 = (cells.get("64") or {}).get("aggregate_output_tok_s_median")
     step1 = None
-    if graphs:
-        step1 = graphs["decode"][0]["decode_tok_s"]
+    fastest = s.get("step_program_graphs") or s.get("step_batched_graphs")
+    if fastest:
+        step1 = fastest["decode"][0]["decode_tok_s"]
+    compiled = (s.get("compile-default") or {}).get("stepbench")
+    if compiled:  # the serving default on CUDA
+        step1 = compiled["decode"][0]["decode_tok_s"]
     if r_tok:
         lines.append(
             f"| batch 1 vs roofline (target >= 50%) | server {_fmt(b1 and 100 * b1 / r_tok)}%, "
@@ -424,21 +445,34 @@ def in_process(rec: Recorder, args: argparse.Namespace, skip: set[str]) -> None:
     rec.run("roofline", lambda: roofline(loaded))
     if "generate" not in skip:
         rec.run("generate", lambda: generate_baseline(loaded, PROMPT_LEN, args.generate_tokens))
-    # Fused norms change the model for good, so the unfused modes go first.
+    # Fused norms change the model for good, so the unfused modes go first; the decode
+    # program (merged projections) goes last.
     modes = [
-        ("step_rowwise_eager", False, False, False, 6, (1,)),
-        ("step_batched_eager", True, False, False, 8, (1,)),
-        ("step_batched_graphs_unfused", True, True, False, 16, ()),
-        ("step_batched_graphs", True, True, True, 32, BATCHES),
+        ("step_rowwise_eager", False, False, False, False, 6, (1,)),
+        ("step_batched_eager", True, False, False, False, 8, (1,)),
+        ("step_batched_graphs_unfused", True, True, False, False, 16, ()),
+        ("step_batched_graphs", True, True, True, False, 32, BATCHES),
+        ("step_program_graphs", True, True, True, True, 32, BATCHES),
+        ("step_program_graphs_gemv", True, True, True, "gemv", 32, (1,)),
     ]
-    for name, batched, graphs, fused, steps, profiled in modes:
+    for name, batched, graphs, fused, program, steps, profiled in modes:
         if name in skip:
             continue
         rec.run(
             name,
             # On CPU (a dry run of this script) the graph modes run eagerly.
-            lambda b=batched, g=graphs and on_cuda, f=fused, n=steps, pb=profiled: step_mode(
-                loaded, batched=b, graphs=g, fused=f, steps=n, warmup=2, profile_batches=pb
+            lambda b=batched, g=graphs and on_cuda, f=fused, pr=program, n=steps, pb=profiled: (
+                step_mode(
+                    loaded,
+                    batched=b,
+                    graphs=g,
+                    fused=f,
+                    program=bool(pr),
+                    triton_gemv=pr == "gemv" and on_cuda,
+                    steps=n,
+                    warmup=2,
+                    profile_batches=pb,
+                )
             ),
         )
 

@@ -25,7 +25,10 @@ class EngineConfig:
     cuda_graphs: str = "auto"  # auto: on where decode is batched on CUDA
     packed_prefill: str = "auto"  # auto: on where decode is not batch-invariant
     fused_norms: str = "auto"  # auto: on for CUDA
-    compile_mode: str | None = None  # torch.compile mode of the batched decode step
+    decode_program: str = "auto"  # auto: the model's own decode step where decode is batched
+    gemv_kernel: str = "auto"  # batch-1 projections of the decode program (auto: triton on CUDA)
+    attention_form: str = "matmul"  # decode program attention: matmul, reduction
+    compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
     threads: int = 1
     prefill_chunk: int = 512
@@ -55,6 +58,26 @@ class EngineConfig:
         if self.fused_norms == "auto":
             return device_type == "cuda"
         return self.fused_norms == "on"
+
+    def decode_program_on(self, device_type: str) -> bool:
+        if self.decode_program == "auto":
+            return self.batched_decode_on(device_type)
+        return self.decode_program == "on"
+
+    def triton_gemv_on(self, device_type: str) -> bool:
+        if self.gemv_kernel == "auto":
+            return device_type == "cuda" and self.decode_program_on(device_type)
+        return self.gemv_kernel == "triton"
+
+    def compile_mode_for(self, device_type: str) -> str | None:
+        """torch.compile mode of the decode step, or None. auto: "default" for a decode
+        program on CUDA, where each kind of layer compiles once (about 80 s at start on
+        an H200 with all graphs); off elsewhere (the whole-model compile takes a minute
+        per shape)."""
+        if self.compile_mode == "auto":
+            on = device_type == "cuda" and self.decode_program_on(device_type)
+            return "default" if on else None
+        return None if self.compile_mode == "none" else self.compile_mode
 
     def packed_prefill_on(self, device_type: str) -> bool:
         # Packing changes a prompt's row count, so with batch invariance on each prompt
@@ -133,10 +156,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="RMSNorm as one fused kernel (auto: on for CUDA)",
     )
     p.add_argument(
+        "--decode-program",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="batched decode through the model's own decode program (merged projections, "
+        "per-layer compilable; Gemma 4) instead of transformers' modules, where one "
+        "exists (auto: on where decode is batched)",
+    )
+    p.add_argument(
+        "--gemv-kernel",
+        choices=("auto", "cublas", "triton"),
+        default=EngineConfig.gemv_kernel,
+        help="batch-1 projections of the decode program: cuBLAS, or the Triton kernels with "
+        "the norm, GELU gate or residual step before them fused in (engines.pytorch.kernels; "
+        "auto: triton on CUDA)",
+    )
+    p.add_argument(
+        "--attention-form",
+        choices=("matmul", "reduction"),
+        default=EngineConfig.attention_form,
+        help="decode program attention as matrix products, or as reductions that "
+        "torch.compile fuses (measured equal on an H200 at batch 1)",
+    )
+    p.add_argument(
         "--compile-mode",
-        default=None,
-        help="torch.compile the batched decode step (default, max-autotune-no-cudagraphs): "
-        "about a minute per batch x KV bucket on an H200 at start; off by default",
+        default=EngineConfig.compile_mode,
+        help="torch.compile the batched decode step: auto, none, or a torch.compile mode "
+        "(default, max-autotune-no-cudagraphs). With a decode program each kind of layer "
+        "compiles once (auto: default for a decode program on CUDA, else none)",
     )
     p.add_argument(
         "--graph-warmup-len",

@@ -213,6 +213,12 @@ class SlotKVCache:
             t.numel() * t.element_size() for t in (*self.keys.values(), *self.values.values())
         )
 
+    def allocate(self, layer: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
+        """Create a layer's pools now (a decode program reads them before any write)."""
+        like = torch.empty(1, kv_heads, 1, head_dim, dtype=dtype, device="meta")
+        self._pool(self.keys, layer, like)
+        self._pool(self.values, layer, like)
+
     def _pool(self, pools: dict[int, torch.Tensor], layer: int, like: torch.Tensor) -> torch.Tensor:
         pool = pools.get(layer)
         if pool is None:

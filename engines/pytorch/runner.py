@@ -29,7 +29,11 @@ The CUDA fast path (`batched_decode`, `cuda_graphs`, `packed_prefill`; see `grap
   Python and launches for ~7 ms of GPU work on Gemma 4 E2B);
 - packed prefill: several prompts' chunks in one forward (`kv_cache.PackedLayout`), so
   64 arriving requests cost a few forwards instead of 64;
-- fused norms: each RMSNorm one kernel instead of about nine (`fused`).
+- fused norms: each RMSNorm one kernel instead of about nine (`fused`);
+- decode program (`programs`, Gemma 4): the batched step written directly on the
+  model's weights instead of through transformers' modules, so that each kind of layer
+  can be torch.compile'd once (`compile_mode`) and batch-1 projections can run the Triton
+  kernels of `kernels` (`triton_gemv`). Prefill keeps transformers' modules.
 A decode whose slots are not 0 ... n - 1 (the scheduler's one-row retry after a failed
 step) takes the row-by-row path on the same pools instead.
 """
@@ -64,6 +68,7 @@ from engines.pytorch.kv_cache import (
     SlotKVCache,
 )
 from engines.pytorch.model import LoadedModel
+from engines.pytorch.programs import ProgramOptions, program_for
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +159,9 @@ class ModelRunner:
         packed_prefill: bool = False,
         fused_norms: bool = False,
         compile_mode: str | None = None,
+        decode_program: bool = False,
+        triton_gemv: bool = False,
+        attention_by_reduction: bool = False,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -189,12 +197,15 @@ class ModelRunner:
             3, self.buckets[-1] + 1, dtype=torch.long, device=self.device
         )
         self._step_fn = self._static_step
-        if compile_mode is not None:
-            # Static shapes: one compilation per (batch bucket, KV bucket), each then
-            # captured in its own CUDA graph. Measured on an H200 (Gemma 4 E2B, batch 1):
-            # about a minute to compile, 3.2 ms a step against 5.0 ms for the uncompiled
-            # graph. dynamic=True (one compilation for all buckets) did not finish within
-            # 280 s there, so this is for measurement, not yet for serving.
+        self.program = None
+        if decode_program and batched_decode:
+            options = ProgramOptions(compile_mode, triton_gemv, attention_by_reduction)
+            self.program = program_for(self.model, self.cache, loaded.max_model_len, options)
+        if compile_mode is not None and self.program is None:
+            # No decode program: the whole transformers step, static shapes, one
+            # compilation per (batch bucket, KV bucket). On an H200 (Gemma 4 E2B, batch
+            # 1) about a minute each, and dynamic=True did not finish within 280 s: the
+            # program's per-layer compilation is what makes compiling servable.
             self._step_fn = torch.compile(self._static_step, mode=compile_mode, dynamic=False)
         if cuda_graphs and not (batched_decode and self.device.type == "cuda"):
             raise ValueError("CUDA graphs need batched decode on a CUDA device")
@@ -205,7 +216,8 @@ class ModelRunner:
             num_slots,
             "on" if self.invariant else "off",
             "batched" if batched_decode else "row by row",
-            " in CUDA graphs" if self.graphs else "",
+            (" in CUDA graphs" if self.graphs else "")
+            + (" by the model's decode program" if self.program else ""),
             "packed" if packed_prefill else "one prompt a forward",
             vocab,
             vocab - int(banned.sum()),
@@ -282,6 +294,13 @@ class ModelRunner:
     def _static_step(self, bucket: int, kv_len: int) -> torch.Tensor:
         """The batched decode step on the static buffers (what a CUDA graph captures)."""
         inputs = self.step_inputs[:, :bucket]
+        if self.program is not None:
+            logits = self.program.step(
+                inputs[TOKENS], inputs[POSITIONS], inputs[SLOTS], kv_len
+            ).float()
+            if self.banned_ids is not None:
+                logits.masked_fill_(self.banned_ids, float("-inf"))
+            return logits
         layout = DecodeLayout(
             rows=bucket,
             kv_len=kv_len,

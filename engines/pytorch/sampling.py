@@ -10,6 +10,7 @@ tokens (EOS and `stop_token_ids`) until that many tokens exist; `ignore_eos` hid
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -109,6 +110,19 @@ def choose_token(logits: torch.Tensor, state: SamplerState, num_generated: int) 
     return _sample_row(logits, state)
 
 
+@functools.lru_cache(maxsize=256)
+def _ban_index(
+    device: str, rows: tuple[int, ...], cols: tuple[int, ...]
+) -> tuple[torch.Tensor, ...]:
+    """Device index tensors of a batch's banned (row, id) pairs, kept: a batch bans the
+    same ids step after step (EOS under ignore_eos or min_tokens), and building them
+    anew costs two synchronous host-to-device copies per step."""
+    return (
+        torch.tensor(rows, dtype=torch.long, device=device),
+        torch.tensor(cols, dtype=torch.long, device=device),
+    )
+
+
 @torch.inference_mode()
 def choose_tokens(
     logits: torch.Tensor, states: list[SamplerState], num_generated: list[int]
@@ -134,8 +148,7 @@ def choose_tokens(
     if not greedy:
         return out
     if rows:
-        device = logits.device
-        logits[torch.tensor(rows, device=device), torch.tensor(cols, device=device)] = float("-inf")
+        logits[_ban_index(str(logits.device), tuple(rows), tuple(cols))] = float("-inf")
     best = logits.argmax(dim=-1).tolist()
     for i in greedy:
         out[i] = int(best[i])

@@ -408,7 +408,10 @@ def create_state(config: EngineConfig) -> EngineState:
         cuda_graphs=config.cuda_graphs_on(device_type),
         packed_prefill=config.packed_prefill_on(device_type),
         fused_norms=config.fused_norms_on(device_type),
-        compile_mode=config.compile_mode,
+        compile_mode=config.compile_mode_for(device_type),
+        decode_program=config.decode_program_on(device_type),
+        triton_gemv=config.triton_gemv_on(device_type),
+        attention_by_reduction=config.attention_form == "reduction",
     )
     if runner.graphs is not None and config.graph_warmup_len > 0:
         # Before /health answers: the first requests should not wait for captures.

@@ -183,6 +183,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--cuda-graphs", choices=("on", "off"), default="off")
     p.add_argument("--fused-norms", choices=("on", "off"), default="off")
     p.add_argument(
+        "--decode-program",
+        choices=("on", "off"),
+        default="off",
+        help="the model's own batched decode step (see engines.pytorch.programs)",
+    )
+    p.add_argument(
+        "--triton-gemv",
+        choices=("on", "off"),
+        default="off",
+        help="batch-1 projections of the decode program through the Triton kernel",
+    )
+    p.add_argument("--attention-form", choices=("matmul", "reduction"), default="matmul")
+    p.add_argument(
         "--compile-mode",
         default=None,
         help="torch.compile the batched step: default, reduce-overhead, "
@@ -207,6 +220,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         cuda_graphs=args.cuda_graphs == "on",
         fused_norms=args.fused_norms == "on",
         compile_mode=args.compile_mode,
+        decode_program=args.decode_program == "on",
+        triton_gemv=args.triton_gemv == "on",
+        attention_by_reduction=args.attention_form == "reduction",
     )
     result: dict[str, Any] = {
         "model": args.model,
@@ -220,6 +236,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "cuda_graphs": args.cuda_graphs,
         "fused_norms": args.fused_norms,
         "compile_mode": args.compile_mode,
+        "decode_program": runner.program is not None,
+        "triton_gemv": args.triton_gemv,
+        "attention_form": args.attention_form,
         "weight_bytes_streamed": streamed_weight_bytes(loaded.model),
         "decode": [
             decode_times(runner, b, args.prompt_len, args.steps, args.warmup) for b in batches

@@ -35,3 +35,19 @@ def test_fast_path_defaults_follow_the_device() -> None:
     fast = parse_args(["--decode-attention", "batched", "--cuda-graphs", "off"])
     assert fast.batched_decode_on("cpu") and not fast.cuda_graphs_on("cuda")
     assert parse_args(["--graph-warmup-len", "0"]).graph_warmup_len == 0
+
+
+def test_decode_program_kernels_and_compile_default_to_cuda_only() -> None:
+    cfg = parse_args([])
+    assert not cfg.decode_program_on("cpu") and cfg.decode_program_on("cuda")
+    assert not cfg.triton_gemv_on("cpu") and cfg.triton_gemv_on("cuda")
+    assert cfg.compile_mode_for("cpu") is None and cfg.compile_mode_for("cuda") == "default"
+    # without the program on CUDA (batch-invariant rows), no per-layer compile either
+    inv = parse_args(["--batch-invariant", "on"])
+    assert inv.compile_mode_for("cuda") is None and not inv.triton_gemv_on("cuda")
+    off = parse_args(["--compile-mode", "none", "--gemv-kernel", "cublas"])
+    assert off.compile_mode_for("cuda") is None and not off.triton_gemv_on("cuda")
+    assert parse_args(["--compile-mode", "max-autotune-no-cudagraphs"]).compile_mode_for("cpu") == (
+        "max-autotune-no-cudagraphs"
+    )
+    assert parse_args(["--attention-form", "reduction"]).attention_form == "reduction"

@@ -60,17 +60,22 @@ def _serve(runner: ModelRunner, jobs: list[tuple[list[int], int]]) -> list[list[
     return [outputs[f"r{i}"] for i in range(len(jobs))]
 
 
-def test_fast_path_scheduling_keeps_greedy_text(loaded: LoadedModel) -> None:
+@pytest.mark.parametrize("decode_program", [False, True], ids=["modules", "program"])
+def test_fast_path_scheduling_keeps_greedy_text(loaded: LoadedModel, decode_program: bool) -> None:
     jobs = [
         ([257, *[(13 * i + 5 * j) % 90 + 33 for j in range(4 + 7 * i)]], n)
         for i, n in enumerate([30, 6, 22, 11, 18, 9, 26])
     ]
     reference = _serve(ModelRunner(loaded, num_slots=4, batch_invariant=True), jobs)
-    fast = _serve(
-        ModelRunner(
-            loaded, num_slots=4, batch_invariant=False, batched_decode=True, packed_prefill=True
-        ),
-        jobs,
+    fast_runner = ModelRunner(
+        loaded,
+        num_slots=4,
+        batch_invariant=False,
+        batched_decode=True,
+        packed_prefill=True,
+        decode_program=decode_program,
     )
+    assert (fast_runner.program is not None) == decode_program
+    fast = _serve(fast_runner, jobs)
     assert [len(o) for o in reference] == [n for _p, n in jobs]
     assert fast == reference

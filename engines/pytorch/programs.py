@@ -1,0 +1,472 @@
+"""Decode programs: a model's batched decode step written directly in tensor operations,
+on the model's own weights, for the architectures where transformers' module tree is the
+limit of the CUDA fast path.
+
+Why: with CUDA graphs and fused norms the Gemma 4 E2B step through transformers' modules
+still runs about 1,300 kernels (5.0 ms at batch 1 on an H200, 22% of the weight-streaming
+roofline): 7 skinny projections and ~30 small elementwise kernels per layer. A program
+cuts that in two ways:
+- merged projections: q/k/v become one matrix-vector product, gate/up another (the
+  modules' weights become views of the merged matrices, so prefill, which still runs
+  through transformers, shares the memory);
+- per-layer compilation: `layer` is one function of tensors that torch.compile can fuse
+  (norms, rotary, cache writes, masks, activations, residuals) into a few kernels; the
+  layers of one kind share a compiled graph, so compiling costs a handful of small graphs,
+  not the whole 35-layer model per shape.
+
+The arithmetic follows transformers' Gemma 4 modules operation by operation (norms in
+float32 through `torch.rms_norm`, as the engine's fused norms do; rotary from the model's
+own tables; the same masked attention as `kv_cache.batched_decode_attention`), and a test
+checks the logits against transformers' forward on the same pools.
+
+A program is chosen by the model's class name (`PROGRAMS`); a model it does not support
+(a feature it does not implement) keeps the generic step, with the reason logged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from engines.pytorch import kernels
+from engines.pytorch.kv_cache import SlotKVCache
+
+log = logging.getLogger(__name__)
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu": F.gelu,
+    "silu": F.silu,
+}
+
+
+class UnsupportedModel(ValueError):
+    """The model has a feature the program does not implement (the generic step runs)."""
+
+
+def _merge_linears(linears: list[nn.Linear]) -> torch.Tensor:
+    """One (sum of outs, in) matrix for several projections of the same input; each
+    module's weight becomes a view of its rows, so nothing is stored twice."""
+    merged = torch.cat([m.weight.detach() for m in linears], dim=0).contiguous()
+    row = 0
+    for m in linears:
+        n = m.weight.shape[0]
+        m.weight = nn.Parameter(merged[row : row + n], requires_grad=False)
+        row += n
+    return merged
+
+
+@dataclass(frozen=True)
+class Gemma4Layer:
+    """One decoder layer's weights and constants, in the form `gemma4_layer` takes."""
+
+    index: int
+    layer_type: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    window: int | None
+    writes_kv: bool  # False: reads the KV of the last layer of its type that stores it
+    kv_source: int  # the layer whose pools it reads
+    w_qkv: torch.Tensor  # (heads*D [+ 2*kv_heads*D], hidden)
+    w_o: torch.Tensor
+    w_gate_up: torch.Tensor  # (2*I, hidden)
+    w_down: torch.Tensor
+    w_ple_gate: torch.Tensor  # (P, hidden)
+    w_ple_proj: torch.Tensor  # (hidden, P)
+    norms: tuple[torch.Tensor, ...]  # input, q, k, post_attn, pre_ff, post_ff, post_ple
+    layer_scalar: torch.Tensor
+    scale: float
+
+
+def gemma4_layer(
+    x: torch.Tensor,
+    ple: torch.Tensor,
+    weights: tuple[torch.Tensor, ...],
+    norms: tuple[torch.Tensor, ...],
+    layer_scalar: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    hidden: torch.Tensor,
+    slot_index: torch.Tensor,
+    positions: torch.Tensor,
+    heads: int,
+    head_dim: int,
+    writes_kv: bool,
+    scale: float,
+    eps: float,
+    activation: str,
+    fused_gemv: bool = False,
+    attention_by_reduction: bool = False,
+) -> torch.Tensor:
+    """One Gemma 4 decoder layer for a batch of single tokens: x (rows, hidden) ->
+    (rows, hidden). Pure function of its arguments (what torch.compile caches per kind).
+
+    `fused_gemv`: batch-1 projections through `kernels`, with what precedes them fused
+    in: the input norms of q/k/v and gate/up, the GELU gates of down and the per-layer
+    projection, and the feed-forward residual step of the per-layer gate. (Fusing the
+    other residual steps too was measured slower on an H200: every program of a wide
+    projection then rebuilds the residual row before it streams weights.)
+    """
+    w_qkv, w_o, w_gate_up, w_down, w_ple_gate, w_ple_proj = weights
+    n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
+    rows, width = x.shape
+    kv_heads = k_pool.shape[1]
+    kv_len = hidden.shape[-1]
+
+    qkv = kernels.norm_linear(x, n_in, eps, w_qkv, fused_gemv)
+    q = qkv[:, : heads * head_dim].view(rows, heads, head_dim)
+    q = _rotate(torch.rms_norm(q, (head_dim,), n_q, eps), cos, sin)
+    if writes_kv:
+        kv = qkv[:, heads * head_dim :].view(rows, 2, kv_heads, head_dim)
+        k = _rotate(torch.rms_norm(kv[:, 0], (head_dim,), n_k, eps), cos, sin)
+        v = torch.rms_norm(kv[:, 1], (head_dim,), None, eps)
+        k_pool[slot_index, :, positions] = k
+        v_pool[slot_index, :, positions] = v
+    keys = k_pool[:rows, :, :kv_len]  # (rows, KVH, kv_len, D): slot b is row b
+    values = v_pool[:rows, :, :kv_len]
+    q = q.view(rows, kv_heads, heads // kv_heads, head_dim)
+    attn = _attend(q, keys, values, hidden, scale, attention_by_reduction)
+    o = kernels.linear(attn.reshape(rows, -1), w_o, fused_gemv)
+    x = x + torch.rms_norm(o, (width,), n_post_attn, eps)
+
+    gate, up = kernels.norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv).chunk(2, dim=-1)
+    d = _gated_linear(gate, up, w_down, activation, fused_gemv)
+
+    ple_gate, x = kernels.residual_linear(x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv)
+    p = _gated_linear(ple_gate, ple, w_ple_proj, activation, fused_gemv)
+    x = x + torch.rms_norm(p, (width,), n_post_ple, eps)
+    return (x * layer_scalar).to(x.dtype)
+
+
+def _gated_linear(
+    a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, activation: str, fused_gemv: bool
+) -> torch.Tensor:
+    """act(a) * b @ weight^T, the GELU case fused into the product at batch 1."""
+    if activation == "gelu_pytorch_tanh":
+        return kernels.gelu_mul_linear(a, b, weight, fused_gemv)
+    return F.linear(ACTIVATIONS[activation](a) * b, weight)
+
+
+def _attend(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    hidden: torch.Tensor,
+    scale: float,
+    by_reduction: bool,
+) -> torch.Tensor:
+    """q (rows, KVH, G, D) over keys/values (rows, KVH, L, D) -> (rows, KVH, G, Dv).
+
+    As matrix products (cuBLAS; the eager form), or, `by_reduction`, as broadcast
+    products summed, which torch.compile turns into a couple of fused reductions instead
+    of two small batched GEMMs and a softmax (never run eagerly: the broadcast would be
+    materialised). Scores round to the activation dtype either way, as in transformers.
+    """
+    if by_reduction:
+        scores = (q[:, :, :, None, :].float() * keys[:, :, None].float()).sum(-1)
+        scores = scores.to(q.dtype)
+    else:
+        scores = torch.matmul(q, keys.transpose(-1, -2))
+    if scale != 1.0:
+        scores = scores * scale
+    probs = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+    if by_reduction:
+        out = (probs[..., None].float() * values[:, :, None].float()).sum(-2)
+        return out.to(values.dtype)
+    return torch.matmul(probs, values)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """transformers' rotary: x * cos + rotate_half(x) * sin; cos/sin (rows, D)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos[:, None, :] + rotated * sin[:, None, :]
+
+
+def gemma4_embed(
+    tokens: torch.Tensor,
+    embed: torch.Tensor,
+    embed_scale: torch.Tensor,
+    ple_embed: torch.Tensor,
+    ple_embed_scale: torch.Tensor,
+    w_ple_model: torch.Tensor,
+    ple_model_scale: float,
+    ple_norm: torch.Tensor,
+    ple_input_scale: float,
+    layers: int,
+    ple_width: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The token's embedding and its per-layer inputs: (rows, hidden), (rows, layers, P)."""
+    x = F.embedding(tokens, embed) * embed_scale
+    ple_tokens = (F.embedding(tokens, ple_embed) * ple_embed_scale).view(-1, layers, ple_width)
+    proj = (F.linear(x, w_ple_model) * ple_model_scale).view(-1, layers, ple_width)
+    proj = torch.rms_norm(proj, (ple_width,), ple_norm, eps)
+    return x, (proj + ple_tokens) * ple_input_scale
+
+
+def gemma4_head(
+    x: torch.Tensor,
+    norm: torch.Tensor,
+    lm_head: torch.Tensor,
+    softcap: float | None,
+    eps: float,
+    fused_gemv: bool = False,
+) -> torch.Tensor:
+    logits = kernels.norm_linear(x, norm, eps, lm_head, fused_gemv)
+    if softcap is not None:
+        logits = torch.tanh(logits / softcap) * softcap
+    return logits
+
+
+@dataclass(frozen=True)
+class ProgramOptions:
+    """How a decode program runs: `compile_mode` (a torch.compile mode, or None for
+    eager) for each kind of layer; `triton_gemv`: batch-1 projections through `kernels`;
+    `attention_by_reduction`: see `_attend` (only when compiled)."""
+
+    compile_mode: str | None = None
+    triton_gemv: bool = False
+    attention_by_reduction: bool = False
+
+
+class Gemma4DecodeProgram:
+    """The batched decode step of a `Gemma4ForCausalLM` (text) over the engine's pools."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        cache: SlotKVCache,
+        max_len: int,
+        options: ProgramOptions,
+    ) -> None:
+        config = model.config.get_text_config()
+        compile_layers = options.compile_mode is not None
+        text = model.model
+        self._check_supported(config, text)
+        dtype = text.embed_tokens.weight.dtype
+        device = text.embed_tokens.weight.device
+        self.eps = float(config.rms_norm_eps)
+        self.activation = str(config.hidden_activation)
+        if self.activation not in ACTIVATIONS:
+            raise UnsupportedModel(f"activation {self.activation!r}")
+        self.softcap = config.final_logit_softcapping
+        self.num_layers = config.num_hidden_layers
+        self.ple_width = config.hidden_size_per_layer_input
+        self.embed = text.embed_tokens.weight
+        self.embed_scale = text.embed_tokens.embed_scale.to(dtype)
+        self.ple_embed = text.embed_tokens_per_layer.weight
+        self.ple_embed_scale = text.embed_tokens_per_layer.embed_scale.to(dtype)
+        self.w_ple_model = text.per_layer_model_projection.weight
+        self.ple_model_scale = float(text.per_layer_model_projection_scale)
+        self.ple_norm = text.per_layer_projection_norm.weight
+        self.ple_input_scale = float(text.per_layer_input_scale)
+        self.final_norm = text.norm.weight
+        self.lm_head = model.lm_head.weight
+        # Rotary tables by layer type, from the model's own rotary module over every
+        # position, so a step gathers rows instead of computing cos/sin.
+        positions = torch.arange(max_len, device=device)[None, :]
+        probe = torch.zeros(1, dtype=dtype, device=device)
+        self.rotary: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        with torch.no_grad():
+            for layer_type in sorted(set(config.layer_types)):
+                cos, sin = text.rotary_emb(probe, positions, layer_type)
+                self.rotary[layer_type] = (cos[0].contiguous(), sin[0].contiguous())
+        self.layers = [self._layer(i, text, config) for i in range(len(text.layers))]
+        for layer in self.layers:
+            if layer.writes_kv:
+                cache.allocate(layer.index, layer.kv_heads, layer.head_dim, dtype)
+        self.cache = cache
+        self.windows = sorted({layer.window or 0 for layer in self.layers})
+        self._layer_fn: Callable[..., torch.Tensor] = gemma4_layer
+        self._embed_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = gemma4_embed
+        self._head_fn: Callable[..., torch.Tensor] = gemma4_head
+        # Batch-1 projections through the Triton matrix-vector kernels (`kernels`);
+        # larger batches keep cuBLAS (the kernels fall back by themselves).
+        self.fused_gemv = options.triton_gemv
+        # The reduction form of attention only makes sense compiled (see `_attend`); on
+        # an H200 it matched the products at batch 1 and was 4x slower at batch 64.
+        self.attention_by_reduction = options.attention_by_reduction and compile_layers
+        if compile_layers:
+            # Layers of one kind share shapes and constants, so they share one compiled
+            # graph; batch size and KV length become dynamic after their first change.
+            torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+            kw = {"mode": options.compile_mode, "fullgraph": True}
+            self._layer_fn = torch.compile(gemma4_layer, **kw)
+            self._embed_fn = torch.compile(gemma4_embed, **kw)
+            self._head_fn = torch.compile(gemma4_head, **kw)
+        log.info(
+            "decode program: Gemma 4, %d layers (%d write KV), merged q/k/v and gate/up%s%s%s",
+            len(self.layers),
+            sum(layer.writes_kv for layer in self.layers),
+            ", layers compiled" if compile_layers else "",
+            ", Triton GEMV at batch 1" if self.fused_gemv else "",
+            ", attention by reduction" if self.attention_by_reduction else "",
+        )
+
+    @staticmethod
+    def _check_supported(config: object, text: nn.Module) -> None:
+        problems = []
+        if getattr(config, "enable_moe_block", False):
+            problems.append("mixture-of-experts blocks")
+        if getattr(config, "attention_k_eq_v", False):
+            problems.append("attention_k_eq_v")
+        if getattr(config, "attention_bias", False):
+            problems.append("attention biases")
+        if not getattr(config, "hidden_size_per_layer_input", 0):
+            problems.append("no per-layer embeddings")
+        if getattr(config, "use_bidirectional_attention", None) == "all":
+            problems.append("bidirectional attention")
+        if problems:
+            raise UnsupportedModel(", ".join(problems))
+
+    @staticmethod
+    def _layer(index: int, text: nn.Module, config: object) -> Gemma4Layer:
+        layer = text.layers[index]
+        attn = layer.self_attn
+        mlp = layer.mlp
+        head_dim = attn.head_dim
+        heads = attn.q_proj.out_features // head_dim
+        if attn.is_kv_shared_layer:
+            w_qkv = attn.q_proj.weight.detach()
+            kv_source = _kv_producer(config, index)
+            kv_heads = text.layers[kv_source].self_attn.k_proj.out_features // head_dim
+            k_norm = attn.q_norm.weight  # unused: the layer writes no keys
+        else:
+            w_qkv = _merge_linears([attn.q_proj, attn.k_proj, attn.v_proj])
+            kv_source = index
+            kv_heads = attn.k_proj.out_features // head_dim
+            k_norm = attn.k_norm.weight
+        return Gemma4Layer(
+            index=index,
+            layer_type=attn.layer_type,
+            heads=heads,
+            kv_heads=kv_heads,
+            head_dim=head_dim,
+            window=attn.sliding_window,
+            writes_kv=not attn.is_kv_shared_layer,
+            kv_source=kv_source,
+            w_qkv=w_qkv,
+            w_o=attn.o_proj.weight.detach(),
+            w_gate_up=_merge_linears([mlp.gate_proj, mlp.up_proj]),
+            w_down=mlp.down_proj.weight.detach(),
+            w_ple_gate=layer.per_layer_input_gate.weight.detach(),
+            w_ple_proj=layer.per_layer_projection.weight.detach(),
+            norms=(
+                layer.input_layernorm.weight,
+                attn.q_norm.weight,
+                k_norm,
+                layer.post_attention_layernorm.weight,
+                layer.pre_feedforward_layernorm.weight,
+                layer.post_feedforward_layernorm.weight,
+                layer.post_per_layer_input_norm.weight,
+            ),
+            layer_scalar=layer.layer_scalar,
+            scale=float(attn.scaling),
+        )
+
+    def masks(self, positions: torch.Tensor, kv_len: int) -> dict[int, torch.Tensor]:
+        """(rows, 1, 1, kv_len) bool per window (0: full attention), True where hidden;
+        the same rule as `kv_cache.DecodeLayout.hidden`."""
+        k_pos = torch.arange(kv_len, device=positions.device)[None, :]
+        q_pos = positions[:, None]
+        out = {}
+        for window in self.windows:
+            hidden = k_pos > q_pos
+            if window:
+                hidden = hidden | (k_pos <= q_pos - window)
+            out[window] = hidden[:, None, None, :]
+        return out
+
+    def step(
+        self, tokens: torch.Tensor, positions: torch.Tensor, slot_index: torch.Tensor, kv_len: int
+    ) -> torch.Tensor:
+        """One token per row (row b in slot b; padding rows write into a scratch slot):
+        logits (rows, vocab) in the model's dtype."""
+        x, ple = self._embed_fn(
+            tokens,
+            self.embed,
+            self.embed_scale,
+            self.ple_embed,
+            self.ple_embed_scale,
+            self.w_ple_model,
+            self.ple_model_scale,
+            self.ple_norm,
+            self.ple_input_scale,
+            self.num_layers,
+            self.ple_width,
+            self.eps,
+        )
+        masks = self.masks(positions, kv_len)
+        rotary = {t: (cos[positions], sin[positions]) for t, (cos, sin) in self.rotary.items()}
+        for layer in self.layers:
+            cos, sin = rotary[layer.layer_type]
+            x = self._layer_fn(
+                x,
+                ple[:, layer.index],
+                (
+                    layer.w_qkv,
+                    layer.w_o,
+                    layer.w_gate_up,
+                    layer.w_down,
+                    layer.w_ple_gate,
+                    layer.w_ple_proj,
+                ),
+                layer.norms,
+                layer.layer_scalar,
+                self.cache.keys[layer.kv_source],
+                self.cache.values[layer.kv_source],
+                cos,
+                sin,
+                masks[layer.window or 0],
+                slot_index,
+                positions,
+                layer.heads,
+                layer.head_dim,
+                layer.writes_kv,
+                layer.scale,
+                self.eps,
+                self.activation,
+                self.fused_gemv,
+                self.attention_by_reduction,
+            )
+        return self._head_fn(
+            x, self.final_norm, self.lm_head, self.softcap, self.eps, self.fused_gemv
+        )
+
+
+def _kv_producer(config: object, index: int) -> int:
+    """The layer whose K/V a KV-sharing layer reads: the last layer of its type that
+    stores them (transformers' `kv_sharing_modes`)."""
+    modes = config.kv_sharing_modes
+    layer_type = config.layer_types[index]
+    for i in range(index - 1, -1, -1):
+        if modes[i] == "store" and config.layer_types[i] == layer_type:
+            return i
+    raise UnsupportedModel(f"layer {index} shares KV but no earlier {layer_type} layer stores it")
+
+
+PROGRAMS: dict[str, type[Gemma4DecodeProgram]] = {"Gemma4ForCausalLM": Gemma4DecodeProgram}
+
+
+def program_for(
+    model: nn.Module, cache: SlotKVCache, max_len: int, options: ProgramOptions | None = None
+) -> Gemma4DecodeProgram | None:
+    """The model's decode program, or None (with the reason logged) for the generic step."""
+    cls = PROGRAMS.get(type(model).__name__)
+    if cls is None:
+        log.info("no decode program for %s: generic decode step", type(model).__name__)
+        return None
+    try:
+        return cls(model, cache, max_len, options or ProgramOptions())
+    except UnsupportedModel as exc:
+        log.info("decode program for %s not used (%s): generic step", type(model).__name__, exc)
+        return None

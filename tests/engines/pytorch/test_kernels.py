@@ -1,0 +1,59 @@
+"""The batch-1 Triton kernels against their torch forms. Needs a CUDA device (skipped
+elsewhere: CPU runs never reach the kernels, which `test_programs` checks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engines.pytorch import kernels
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _close(got: torch.Tensor, ref: torch.Tensor, rel: float) -> bool:
+    return bool((got.float() - ref.float()).abs().max() <= rel * ref.float().abs().max())
+
+
+@pytest.fixture
+def tensors() -> dict[str, torch.Tensor]:
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen) * scale
+
+    return {
+        "x": rand(1, 1536, scale=3.0),
+        "b": rand(1, 1536),
+        "nw": rand(1536),
+        "w": rand(2560, 1536, scale=1536**-0.5),
+    }
+
+
+def test_fused_projections_match_their_torch_forms(tensors: dict[str, torch.Tensor]) -> None:
+    x, b, nw, w = tensors["x"], tensors["b"], tensors["nw"], tensors["w"]
+    assert _close(kernels.linear(x, w), kernels.linear(x, w, fused=False), 1e-2)
+    assert _close(
+        kernels.norm_linear(x, nw, 1e-6, w, True), kernels.norm_linear(x, nw, 1e-6, w, False), 1e-2
+    )
+    assert _close(
+        kernels.gelu_mul_linear(x, b, w, True), kernels.gelu_mul_linear(x, b, w, False), 1e-2
+    )
+
+
+@pytest.mark.parametrize("with_norm", [True, False])
+def test_residual_projection_writes_the_same_residual_row(
+    tensors: dict[str, torch.Tensor], with_norm: bool
+) -> None:
+    x, b, nw, w = tensors["x"], tensors["b"], tensors["nw"], tensors["w"]
+    scalar = None if with_norm else torch.full((1,), 0.7, device="cuda", dtype=torch.bfloat16)
+    norm = nw if with_norm else None
+    got, got_x = kernels.residual_linear(x, b, nw, scalar, norm, 1e-6, w, True)
+    ref, ref_x = kernels.residual_linear(x, b, nw, scalar, norm, 1e-6, w, False)
+    assert torch.equal(got_x, ref_x)
+    assert _close(got, ref, 1e-2)
+
+
+def test_batches_of_more_than_one_row_keep_cublas(tensors: dict[str, torch.Tensor]) -> None:
+    rows = tensors["x"].repeat(4, 1)
+    assert torch.equal(kernels.linear(rows, tensors["w"]), rows @ tensors["w"].T)

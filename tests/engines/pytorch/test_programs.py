@@ -1,0 +1,130 @@
+"""The Gemma 4 decode program against transformers' own forward: same logits and the same
+K/V written, on the same pools, for a batch of sequences at different lengths."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from engines.pytorch import kernels
+from engines.pytorch.graphs import POSITIONS, SLOTS, TOKENS, pad_step
+from engines.pytorch.model import LoadedModel, load_model
+from engines.pytorch.programs import Gemma4DecodeProgram, program_for
+from engines.pytorch.runner import ModelRunner
+
+
+@pytest.fixture(scope="module")
+def loaded() -> LoadedModel:
+    torch.set_num_threads(1)
+    return load_model("random:tiny-gemma4", device="cpu", seed=0)
+
+
+def _runner(loaded: LoadedModel, slots: int) -> ModelRunner:
+    return ModelRunner(
+        loaded,
+        num_slots=slots,
+        batch_invariant=False,
+        batched_decode=True,
+        packed_prefill=True,
+        decode_program=True,
+    )
+
+
+def test_program_logits_and_cache_writes_match_transformers(loaded: LoadedModel) -> None:
+    runner = _runner(loaded, 4)
+    assert isinstance(runner.program, Gemma4DecodeProgram)
+    # Lengths past the toy model's 16-token window, so sliding masks matter.
+    prompts = [
+        [257, *[(7 * i + 3 * j) % 90 + 33 for j in range(n)]] for i, n in enumerate([5, 20, 37])
+    ]
+    for slot, ids in enumerate(prompts):
+        runner.prefill(slot, ids)
+    step = pad_step(
+        [0, 1, 2],
+        [40, 41, 42],
+        [len(p) for p in prompts],
+        buckets=runner.buckets,
+        capacity=runner.cache.capacity,
+        scratch_slot=runner.cache.scratch_slot,
+    )
+    runner.step_inputs[:, : step.bucket].copy_(step.host)
+    program = runner.program
+    with torch.inference_mode():
+        runner.program = None
+        expected = runner._static_step(step.bucket, step.kv_len)[:3]
+        keys_expected = {i: k.clone() for i, k in runner.cache.keys.items()}
+        for pool in (*runner.cache.keys.values(), *runner.cache.values.values()):
+            for slot, ids in enumerate(prompts):
+                pool[slot, :, len(ids)] = 0  # the program must write them again
+        runner.program = program
+        got = runner._static_step(step.bucket, step.kv_len)[:3]
+    assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4)
+    assert torch.equal(got.argmax(-1), expected.argmax(-1))
+    for layer, pool in runner.cache.keys.items():
+        assert torch.allclose(pool[:3], keys_expected[layer][:3], atol=1e-5), layer
+
+
+def test_program_merges_projections_without_copying(loaded: LoadedModel) -> None:
+    runner = _runner(loaded, 2)
+    attn = loaded.model.model.layers[0].self_attn
+    layer = runner.program.layers[0]
+    assert attn.q_proj.weight.data_ptr() == layer.w_qkv.data_ptr()
+    storage = layer.w_qkv.untyped_storage().data_ptr()
+    assert attn.k_proj.weight.untyped_storage().data_ptr() == storage
+    # KV-sharing layers own no pools: they read their producer's.
+    shared = [layer for layer in runner.program.layers if not layer.writes_kv]
+    assert shared
+    assert all(layer.index not in runner.cache.keys for layer in shared)
+    assert all(layer.kv_source in runner.cache.keys for layer in shared)
+
+
+def test_llama_model_keeps_the_generic_step() -> None:
+    llama = load_model("random:tiny", device="cpu", seed=0)
+    runner = _runner(llama, 2)
+    assert runner.program is None
+    assert program_for(llama.model, runner.cache, 64) is None
+
+
+def test_program_step_reads_the_static_buffers(loaded: LoadedModel) -> None:
+    runner = _runner(loaded, 2)
+    runner.prefill(0, [257, 40, 41, 42])
+    with torch.inference_mode():
+        runner.step_inputs[TOKENS, 0] = 43
+        runner.step_inputs[POSITIONS, 0] = 4
+        runner.step_inputs[SLOTS, 0] = 0
+        a = runner._static_step(1, 256).clone()
+        b = runner.decode([0], [43], [4])
+    assert torch.allclose(a, b)
+
+
+def test_attention_by_reduction_matches_the_matrix_products(loaded: LoadedModel) -> None:
+    runner = _runner(loaded, 2)
+    runner.prefill(0, [257, *range(40, 70)])
+    runner.prefill(1, [257, *range(50, 55)])
+    with torch.inference_mode():
+        host = pad_step(
+            [0, 1],
+            [70, 55],
+            [31, 6],
+            buckets=runner.buckets,
+            capacity=runner.cache.capacity,
+            scratch_slot=runner.cache.scratch_slot,
+        ).host
+        runner.step_inputs[:, :2].copy_(host)
+        by_products = runner._static_step(2, 256).clone()
+        runner.program.attention_by_reduction = True
+        by_reduction = runner._static_step(2, 256)
+    assert torch.allclose(by_reduction, by_products, atol=1e-4, rtol=1e-4)
+
+
+def test_batch1_kernel_wrappers_fall_back_to_torch_off_cuda() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x, b = torch.randn(1, 64, generator=gen), torch.randn(1, 64, generator=gen)
+    w, nw = torch.randn(32, 64, generator=gen), torch.randn(64, generator=gen)
+    assert torch.equal(kernels.linear(x, w), x @ w.T)
+    assert torch.equal(
+        kernels.norm_linear(x, nw, 1e-6, w, True),
+        torch.rms_norm(x, (64,), nw, 1e-6) @ w.T,
+    )
+    gated = torch.nn.functional.gelu(x, approximate="tanh") * b
+    assert torch.allclose(kernels.gelu_mul_linear(x, b, w, True), gated @ w.T)
