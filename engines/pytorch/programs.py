@@ -236,6 +236,7 @@ class ProgramOptions:
     compile_mode: str | None = None
     triton_gemv: bool = False
     attention_by_reduction: bool = False
+    compile_backend: str = "inductor"  # aot_eager: traced as in serving, no code generated
 
 
 class Gemma4DecodeProgram:
@@ -299,7 +300,9 @@ class Gemma4DecodeProgram:
             # Layers of one kind share shapes and constants, so they share one compiled
             # graph; batch size and KV length become dynamic after their first change.
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            kw = {"mode": options.compile_mode, "fullgraph": True}
+            kw: dict[str, object] = {"fullgraph": True, "backend": options.compile_backend}
+            if options.compile_backend == "inductor":  # modes are Inductor's
+                kw["mode"] = options.compile_mode
             self._layer_fn = torch.compile(gemma4_layer, **kw)
             self._embed_fn = torch.compile(gemma4_embed, **kw)
             self._head_fn = torch.compile(gemma4_head, **kw)

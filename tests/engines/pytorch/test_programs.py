@@ -9,7 +9,7 @@ import torch
 from engines.pytorch import kernels
 from engines.pytorch.graphs import POSITIONS, SLOTS, TOKENS, pad_step
 from engines.pytorch.model import LoadedModel, load_model
-from engines.pytorch.programs import Gemma4DecodeProgram, program_for
+from engines.pytorch.programs import Gemma4DecodeProgram, ProgramOptions, program_for
 from engines.pytorch.runner import ModelRunner
 
 
@@ -128,3 +128,36 @@ def test_batch1_kernel_wrappers_fall_back_to_torch_off_cuda() -> None:
     )
     gated = torch.nn.functional.gelu(x, approximate="tanh") * b
     assert torch.allclose(kernels.gelu_mul_linear(x, b, w, True), gated @ w.T)
+
+
+def test_each_kind_of_layer_traces_as_one_graph(loaded: LoadedModel) -> None:
+    """What serving compiles on CUDA, traced here without code generation (aot_eager):
+    no graph breaks (fullgraph), the same logits as eager, and one compiled graph per
+    kind of layer, shared by the layers of that kind."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    eager = _runner(loaded, 2)
+    compiled = ModelRunner(
+        loaded,
+        num_slots=2,
+        batch_invariant=False,
+        batched_decode=True,
+        packed_prefill=True,
+        decode_program=True,
+    )
+    compiled.program = Gemma4DecodeProgram(
+        loaded.model,
+        compiled.cache,
+        loaded.max_model_len,
+        ProgramOptions(compile_mode="default", compile_backend="aot_eager"),
+    )
+    outs = []
+    for runner in (eager, compiled):
+        runner.prefill(0, [257, *range(40, 60)])
+        runner.prefill(1, [257, *range(70, 75)])
+        with torch.inference_mode():
+            outs.append(runner.decode([0, 1], [60, 75], [21, 6]).clone())
+    assert torch.allclose(outs[1], outs[0], atol=1e-5, rtol=1e-5)
+    kinds = {(layer.layer_type, layer.writes_kv) for layer in compiled.program.layers}
+    frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert frames == len(kinds) + 2  # + embedding and head
