@@ -62,7 +62,10 @@ def _venv_python(venv: Path) -> Path:
 def _site_packages(python: Path) -> str:
     out = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True, timeout=60,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
     )
     return out.stdout.strip()
 
@@ -87,8 +90,9 @@ def install_engine(recipe: EngineRecipe, gpu_cc: GpuCC, work_dir: Path) -> Insta
         venv = folder / "venv"
         python = _venv_python(venv)
         if not python.exists():
-            _run(recipe.name, "create venv", [sys.executable, "-m", "venv", str(venv)], {},
-                 log_path)
+            _run(
+                recipe.name, "create venv", [sys.executable, "-m", "venv", str(venv)], {}, log_path
+            )
         site_packages = _site_packages(python)
     else:
         python = Path(sys.executable)
@@ -129,14 +133,20 @@ def _run(engine: str, name: str, argv: list[str], env: dict[str, str], log_path:
         handle.flush()
         try:
             result = subprocess.run(
-                argv, env={**os.environ, **env}, stdout=handle, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, timeout=STEP_TIMEOUT_S, check=False,
+                argv,
+                env={**os.environ, **env},
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=STEP_TIMEOUT_S,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise EngineInstallError(engine, name, str(exc), _tail(log_path)) from exc
         elapsed = time.monotonic() - started
-        handle.write(f"{time.strftime('%H:%M:%S')} END {name} rc={result.returncode} "
-                     f"{elapsed:.1f}s\n")
+        handle.write(
+            f"{time.strftime('%H:%M:%S')} END {name} rc={result.returncode} {elapsed:.1f}s\n"
+        )
     if result.returncode != 0:
         raise EngineInstallError(
             engine, name, f"exit code {result.returncode}; log {log_path}", _tail(log_path)

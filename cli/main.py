@@ -159,12 +159,15 @@ def _build_parser() -> argparse.ArgumentParser:
         "and llama.cpp (built once, cached) on tiny generated models.",
     )
     run.add_argument(
-        "spec", nargs="?", type=Path,
+        "spec",
+        nargs="?",
+        type=Path,
         help="campaign TOML (default: the embedded agent/campaigns/local.toml)",
     )
     run.add_argument("--out", type=Path, default=Path("results"), help="results root (./results)")
     run.add_argument(
-        "--gsm8k-data", type=Path,
+        "--gsm8k-data",
+        type=Path,
         help="a local copy of the GSM8K test split (else downloaded, sha256-pinned)",
     )
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
