@@ -30,6 +30,7 @@ class EngineConfig:
     attention_form: str = "matmul"  # decode program attention: matmul, reduction
     compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
+    async_decode: str = "off"  # queue step n+1 before reading step n (batched decode only)
     threads: int = 1
     prefill_chunk: int = 512
     prefill_budget: int = 2048
@@ -184,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch.compile the batched decode step: auto, none, or a torch.compile mode "
         "(default, max-autotune-no-cudagraphs). With a decode program each kind of layer "
         "compiles once (auto: default for a decode program on CUDA, else none)",
+    )
+    p.add_argument(
+        "--async-decode",
+        choices=("on", "off"),
+        default=EngineConfig.async_decode,
+        help="queue each batched decode step on the device, fed with the previous step's "
+        "tokens, before reading those tokens, so detokenization and streaming overlap "
+        "the next step (greedy rows; off by default: not yet measured on a GPU)",
     )
     p.add_argument(
         "--graph-warmup-len",

@@ -196,6 +196,12 @@ class ModelRunner:
         self.step_inputs = torch.zeros(
             3, self.buckets[-1] + 1, dtype=torch.long, device=self.device
         )
+        self._pinned_turn = 0
+        self._pinned = (
+            [torch.zeros(self.step_inputs.numel(), dtype=torch.long).pin_memory() for _ in "ab"]
+            if self.device.type == "cuda"
+            else []
+        )
         self._step_fn = self._static_step
         self.program = None
         if decode_program and batched_decode:
@@ -310,13 +316,18 @@ class ModelRunner:
         return self._forward(inputs[TOKENS][:, None], inputs[POSITIONS][:, None], layout)
 
     @torch.inference_mode()
-    def decode(self, slots: list[int], tokens: list[int], positions: list[int]) -> torch.Tensor:
+    def decode(
+        self, slots: list[int], tokens: list[int] | torch.Tensor, positions: list[int]
+    ) -> torch.Tensor:
         """One token for each row: `tokens[b]` at `positions[b]` in `slots[b]`; logits
-        (rows, vocab) for each row's next token."""
+        (rows, vocab) for each row's next token. `tokens` may be a device tensor (the
+        scheduler's asynchronous decode feeds a step's chosen tokens straight back)."""
         lengths = [p + 1 for p in positions]
         self.cache.ensure_capacity(max(lengths))
         if self.batched_decode and sorted(slots) == list(range(len(slots))):
             return self._decode_batched(slots, tokens, positions)
+        if isinstance(tokens, torch.Tensor):
+            tokens = tokens.tolist()
         layout = BatchLayout.build(slots, lengths, 1, self.device)
         ids = torch.tensor(tokens, dtype=torch.long, device=self.device)[:, None]
         pos = torch.tensor(positions, dtype=torch.long, device=self.device)[:, None]
@@ -326,21 +337,26 @@ class ModelRunner:
             return self._forward(ids, pos, layout)
 
     def _decode_batched(
-        self, slots: list[int], tokens: list[int], positions: list[int]
+        self, slots: list[int], tokens: list[int] | torch.Tensor, positions: list[int]
     ) -> torch.Tensor:
         scratch = self.cache.scratch_slot
         assert scratch is not None
+        on_device = isinstance(tokens, torch.Tensor)
         step = pad_step(
             slots,
-            tokens,
+            [0] * len(slots) if on_device else tokens,
             positions,
             buckets=self.buckets,
             capacity=self.cache.capacity,
             scratch_slot=scratch,
         )
-        # One host-to-device copy per step; a pageable source makes it synchronous with
-        # respect to the host, so the next step may refill the host rows at once.
-        self.step_inputs[:, : step.bucket].copy_(step.host)
+        self._copy_inputs(step.host, queued=on_device)
+        if on_device:
+            rows = self.step_inputs[TOKENS, : step.bucket]
+            if step.in_order:
+                rows[: len(slots)].copy_(tokens)
+            else:
+                rows.index_copy_(0, torch.tensor(step.rows, device=self.device), tokens)
         if self.graphs is not None:
             out = self.graphs.run(step.bucket, step.kv_len)
         elif self.invariant is not None:
@@ -351,6 +367,22 @@ class ModelRunner:
         if step.in_order:
             return out[: len(slots)]
         return out.index_select(0, torch.tensor(step.rows, device=out.device))
+
+    def _copy_inputs(self, host: torch.Tensor, queued: bool) -> None:
+        """One host-to-device copy of a step's rows. From pageable memory it returns
+        once the device has taken the rows, after everything queued before it, so the
+        host may refill its rows at once. `queued` (the step after one still running, fed
+        its tokens on the device): from one of two pinned buffers, without waiting, so
+        the step queues behind the running one; a buffer is refilled two steps later,
+        after the step that used it has been read back."""
+        n = host.shape[1]
+        if not queued or self.device.type != "cuda":
+            self.step_inputs[:, :n].copy_(host)
+            return
+        self._pinned_turn ^= 1
+        staged = self._pinned[self._pinned_turn][: 3 * n].view(3, n)
+        staged.copy_(host)
+        self.step_inputs[:, :n].copy_(staged, non_blocking=True)
 
     @torch.inference_mode()
     def warmup_graphs(self, up_to_len: int) -> int:

@@ -124,32 +124,43 @@ def _ban_index(
 
 
 @torch.inference_mode()
+def greedy_token_tensor(
+    logits: torch.Tensor, states: list[SamplerState], num_generated: list[int]
+) -> torch.Tensor:
+    """The greedy choice of every row, as a device tensor (rows,): each row's banned ids
+    masked in one indexed write, then one arg-max. Nothing is copied to the host, so a
+    caller can feed the tokens to the next step before reading them."""
+    rows: list[int] = []
+    cols: list[int] = []
+    for i, (state, n) in enumerate(zip(states, num_generated, strict=True)):
+        banned = state.banned_ids(n)
+        rows.extend([i] * len(banned))
+        cols.extend(banned)
+    if rows:
+        logits[_ban_index(str(logits.device), tuple(rows), tuple(cols))] = float("-inf")
+    return logits.argmax(dim=-1)
+
+
+@torch.inference_mode()
 def choose_tokens(
     logits: torch.Tensor, states: list[SamplerState], num_generated: list[int]
 ) -> list[int | None]:
     """Next tokens of a decode batch (rows, vocab), float32; the rows may be modified.
 
-    Greedy rows are chosen here, all at once: banned ids of every row are masked in one
-    indexed write, then one arg-max and one copy to the host. The arg-max of a row does
-    not depend on the other rows, so this equals `choose_token` row by row. Sampled rows
-    come back as None, for `choose_token` to draw one by one with their own generators.
+    Greedy rows are chosen here, all at once (`greedy_token_tensor`), with one copy to
+    the host. The arg-max of a row does not depend on the other rows, so this equals
+    `choose_token` row by row. Sampled rows come back as None, for `choose_token` to draw
+    one by one with their own generators.
     """
-    rows: list[int] = []
-    cols: list[int] = []
-    greedy: list[int] = []
-    for i, (state, n) in enumerate(zip(states, num_generated, strict=True)):
-        if not state.params.greedy:
-            continue
-        greedy.append(i)
-        banned = state.banned_ids(n)
-        rows.extend([i] * len(banned))
-        cols.extend(banned)
+    greedy = [i for i, state in enumerate(states) if state.params.greedy]
     out: list[int | None] = [None] * len(states)
     if not greedy:
         return out
-    if rows:
-        logits[_ban_index(str(logits.device), tuple(rows), tuple(cols))] = float("-inf")
-    best = logits.argmax(dim=-1).tolist()
-    for i in greedy:
-        out[i] = int(best[i])
+    chosen = greedy_token_tensor(
+        logits[greedy] if len(greedy) < len(states) else logits,
+        [states[i] for i in greedy],
+        [num_generated[i] for i in greedy],
+    ).tolist()
+    for i, token in zip(greedy, chosen, strict=True):
+        out[i] = int(token)
     return out

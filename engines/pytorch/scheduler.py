@@ -20,6 +20,11 @@ hole below n (whatever holds the hole, a prefilling sequence or nothing, moves u
 a runner that packs prefill (`runner.packed_prefill`), one forward takes the next chunk of
 each of several waiting prompts, up to the budget.
 
+With `async_decode` (batched runners, greedy rows) a decode step is queued on the device,
+fed with the previous step's tokens where they lie, before the host reads those tokens:
+the host's per-token work (detokenizing, stop checks, streaming) then overlaps the next
+step instead of sitting between two (`_decode_step_async`).
+
 Every request gets exactly one `StepOutput` per generated token (the last one also
 carries the finish reason), so a client that counts chunks counts tokens.
 """
@@ -39,7 +44,13 @@ import torch
 from engines.pytorch.detokenizer import TextStream
 from engines.pytorch.metrics import EngineMetrics
 from engines.pytorch.runner import ModelRunner
-from engines.pytorch.sampling import SamplerState, SamplingParams, choose_token, choose_tokens
+from engines.pytorch.sampling import (
+    SamplerState,
+    SamplingParams,
+    choose_token,
+    choose_tokens,
+    greedy_token_tensor,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +102,33 @@ class _Sequence:
         return len(self.request.prompt_ids)
 
 
+@dataclass
+class _InFlight:
+    """A decode step queued on the device whose tokens the host has not read yet."""
+
+    rows: list[_Sequence]
+    tokens: torch.Tensor  # (rows,) on the device: fed to the next step as they are
+    host: torch.Tensor  # (rows,) their copy on the host (pinned on CUDA)
+    ready: torch.cuda.Event | None  # recorded after that copy; None: already there
+    row_of: dict[int, int] = field(default_factory=dict)  # id(seq) -> row
+
+    @classmethod
+    def queue(cls, rows: list[_Sequence], tokens: torch.Tensor) -> _InFlight:
+        if tokens.device.type == "cuda":
+            host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+            host.copy_(tokens, non_blocking=True)
+            ready = torch.cuda.Event()
+            ready.record()
+        else:
+            host, ready = tokens, None
+        return cls(rows, tokens, host, ready, {id(seq): i for i, seq in enumerate(rows)})
+
+    def wait(self) -> list[int]:
+        if self.ready is not None:
+            self.ready.synchronize()  # releases the GIL while the device works
+        return self.host.tolist()
+
+
 class Scheduler:
     """The batching loop and the state of every request in it."""
 
@@ -103,6 +141,7 @@ class Scheduler:
         deliver: Deliver,
         prefill_chunk: int = 512,
         prefill_budget: int = 2048,
+        async_decode: bool = False,
     ) -> None:
         self.runner = runner
         self.tokenizer = runner.loaded.tokenizer
@@ -121,6 +160,10 @@ class Scheduler:
         self._compact = bool(getattr(runner, "requires_compact_slots", False))
         self._packed = bool(getattr(runner, "packed_prefill", False))
         self._outbox: list[tuple[object, StepOutput]] = []
+        # Asynchronous decode needs the batched step (its tokens go straight back in).
+        self._async = async_decode and self._compact
+        self._inflight: _InFlight | None = None
+        self.steps_run_ahead = 0  # steps queued before the previous one's tokens were read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
 
@@ -161,6 +204,7 @@ class Scheduler:
                     self._finish_error(seq, "internal error in the engine's scheduler")
                 self._running.clear()
                 self._waiting.clear()
+                self._inflight = None
             finally:
                 self._flush()
         log.info("scheduler stopped")
@@ -344,6 +388,9 @@ class Scheduler:
     def _decode_step(self) -> None:
         if self._compact:
             self._compact_slots()
+        if self._async:
+            self._decode_step_async()
+            return
         rows = list(self._running)
         t0 = time.perf_counter()
         try:
@@ -370,6 +417,88 @@ class Scheduler:
                 self._accept(seq, row, token)
         self._running = [s for s in self._running if not s.done]
         self.metrics.observe_step("decode", time.perf_counter() - t0, len(rows), len(rows))
+
+    def _decode_step_async(self) -> None:
+        """Queue step n + 1 on the device, fed with step n's tokens where they lie, and
+        only then read step n's tokens and do its host work (detokenize, stop checks,
+        streaming) while step n + 1 runs: the host no longer sits between two steps.
+
+        Step n + 1 is queued before step n's results are known, so a row that step n
+        finishes (EOS, a stop string) gets one token too many; it is dropped unread,
+        and its K/V write lands in a slot that is free by then (stale positions are
+        masked for the slot's next owner). Rows that step n certainly finishes (by
+        length) and sampled rows are not run ahead: for them, and whenever the batch
+        changed (a request joined), the in-flight step is read first and the next
+        iteration queues from the host's tokens.
+        """
+        rows = list(self._running)
+        prev = self._inflight
+        ahead = prev is not None and all(
+            id(seq) in prev.row_of and self._may_run_ahead(seq) for seq in rows
+        )
+        if prev is not None and not ahead:
+            self._inflight = None
+            self._take_tokens(prev)
+            return
+        if any(not seq.sampler.params.greedy for seq in rows):
+            self._async_off_for_step()
+            return
+        t0 = time.perf_counter()
+        if prev is not None:  # the tokens of step n, still on the device
+            taken = [prev.row_of[id(seq)] for seq in rows]
+            tokens: list[int] | torch.Tensor = prev.tokens
+            if taken != list(range(len(prev.rows))):
+                tokens = prev.tokens[torch.tensor(taken, device=prev.tokens.device)]
+            behind = 1
+            self.steps_run_ahead += 1
+        else:
+            tokens = [seq.output_ids[-1] for seq in rows]
+            behind = 0
+        try:
+            logits = self.runner.decode(
+                [seq.slot for seq in rows],  # type: ignore[misc]
+                tokens,
+                [seq.prompt_len + len(seq.output_ids) - 1 + behind for seq in rows],
+            )
+            chosen = greedy_token_tensor(
+                logits, [s.sampler for s in rows], [len(s.output_ids) + behind for s in rows]
+            )
+            self._inflight = _InFlight.queue(rows, chosen)
+        except Exception:
+            log.exception("asynchronous decode of %d rows failed", len(rows))
+            self._inflight = None
+            if prev is not None:
+                self._take_tokens(prev)
+            self._async_off_for_step()
+            return
+        if prev is not None:
+            self._take_tokens(prev)
+        self.metrics.observe_step("decode", time.perf_counter() - t0, len(rows), len(rows))
+
+    def _may_run_ahead(self, seq: _Sequence) -> bool:
+        """May the step after the in-flight one be queued for `seq` before its token is
+        read? Not if that token certainly ends it, or the next position is past the end."""
+        n = len(seq.output_ids) + 1  # with the in-flight token
+        return (
+            seq.sampler.params.greedy
+            and n < seq.request.params.max_tokens
+            and seq.prompt_len + n < self.max_model_len
+        )
+
+    def _take_tokens(self, step: _InFlight) -> None:
+        """Read an in-flight step's tokens and hand them to their (still running) rows."""
+        for seq, token in zip(step.rows, step.wait(), strict=True):
+            if not seq.done:
+                self._accept(seq, None, token)  # type: ignore[arg-type]
+        self._running = [s for s in self._running if not s.done]
+
+    def _async_off_for_step(self) -> None:
+        """One synchronous step (sampled rows, or a failed asynchronous one)."""
+        self._async = False
+        try:
+            self._decode_step()
+        finally:
+            self._async = True
 
     def _decode(self, rows: list[_Sequence]) -> torch.Tensor:
         slots = [s.slot for s in rows]

@@ -429,6 +429,7 @@ def create_state(config: EngineConfig) -> EngineState:
         deliver=not_started,
         prefill_chunk=config.prefill_chunk,
         prefill_budget=config.prefill_budget,
+        async_decode=config.async_decode == "on",
     )
     return EngineState(config=config, loaded=loaded, scheduler=scheduler, metrics=metrics)
 

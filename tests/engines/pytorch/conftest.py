@@ -17,23 +17,16 @@ HEALTH_TIMEOUT_S = 90.0
 MAX_RUNNING = 64
 
 
+def engine_argv(port: int, model: str, *flags: str) -> list[str]:
+    """The engine's command line on 127.0.0.1:`port`."""
+    return [sys.executable, "-m", "engines.pytorch", "--model", model, "--port", str(port), *flags]
+
+
 @pytest.fixture(scope="session")
 def pytorch_engine_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """Base URL (no trailing slash) of the engine serving random:tiny on 127.0.0.1."""
     port = free_port()
-    argv = [
-        sys.executable,
-        "-m",
-        "engines.pytorch",
-        "--model",
-        "random:tiny",
-        "--port",
-        str(port),
-        "--max-running",
-        str(MAX_RUNNING),
-        "--dtype",
-        "auto",
-    ]
+    argv = engine_argv(port, "random:tiny", "--max-running", str(MAX_RUNNING), "--dtype", "auto")
     log_path = tmp_path_factory.mktemp("pytorch-engine") / "server.log"
     env = {"PYTHONPATH": str(REPO_ROOT)}
     with EngineServer(

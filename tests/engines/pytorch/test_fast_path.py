@@ -23,7 +23,14 @@ def loaded() -> LoadedModel:
     return load_model("random:tiny-gemma4", device="cpu", seed=0)
 
 
-def _serve(runner: ModelRunner, jobs: list[tuple[list[int], int]]) -> list[list[int]]:
+def _serve(
+    runner: ModelRunner,
+    jobs: list[tuple[list[int], int]],
+    *,
+    async_decode: bool = False,
+    ignore_eos: bool = True,
+    stats: dict[str, int] | None = None,
+) -> list[list[int]]:
     """Run greedy requests through a scheduler; the later ones arrive while others run."""
     done = threading.Event()
     outputs: dict[str, list[int]] = {}
@@ -46,17 +53,20 @@ def _serve(runner: ModelRunner, jobs: list[tuple[list[int], int]]) -> list[list[
         deliver=deliver,
         prefill_chunk=8,
         prefill_budget=24,
+        async_decode=async_decode,
     )
     sched.start()
     try:
         for i, (prompt, n) in enumerate(jobs):
-            params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True)
+            params = SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=ignore_eos)
             sched.submit(GenerationRequest(f"r{i}", tuple(prompt), params), f"r{i}")
             if i == 3:
                 time.sleep(0.2)  # the first ones are decoding by now
         assert done.wait(60), "requests did not finish"
     finally:
         sched.shutdown()
+    if stats is not None:
+        stats["steps_run_ahead"] = sched.steps_run_ahead
     return [outputs[f"r{i}"] for i in range(len(jobs))]
 
 
@@ -79,3 +89,71 @@ def test_fast_path_scheduling_keeps_greedy_text(loaded: LoadedModel, decode_prog
     fast = _serve(fast_runner, jobs)
     assert [len(o) for o in reference] == [n for _p, n in jobs]
     assert fast == reference
+
+
+def _program_runner(loaded: LoadedModel) -> ModelRunner:
+    return ModelRunner(
+        loaded,
+        num_slots=4,
+        batch_invariant=False,
+        batched_decode=True,
+        packed_prefill=True,
+        decode_program=True,
+    )
+
+
+@pytest.mark.parametrize("ignore_eos", [True, False], ids=["by-length", "eos-too"])
+def test_async_decode_keeps_greedy_text(loaded: LoadedModel, ignore_eos: bool) -> None:
+    """Queuing step n + 1 from step n's device tokens, before reading them, changes no
+    token: rows that finish (by length or, unforeseen, by EOS) drop their extra token,
+    and requests join and leave in between."""
+    jobs = [
+        ([257, *[(11 * i + 3 * j) % 90 + 33 for j in range(5 + 6 * i)]], n)
+        for i, n in enumerate([40, 7, 25, 12, 33, 3, 28, 16])
+    ]
+
+    sync = _serve(_program_runner(loaded), jobs, ignore_eos=ignore_eos)
+    stats: dict[str, int] = {}
+    ahead = _serve(
+        _program_runner(loaded), jobs, async_decode=True, ignore_eos=ignore_eos, stats=stats
+    )
+    assert ahead == sync
+    assert stats["steps_run_ahead"] > 20
+    lengths = [len(o) for o in ahead]
+    if ignore_eos:
+        assert lengths == [n for _p, n in jobs]
+    else:
+        assert lengths != [n for _p, n in jobs], lengths  # some stopped early, at EOS
+
+
+def test_async_decode_steps_sampled_rows_synchronously(loaded: LoadedModel) -> None:
+    runner = _program_runner(loaded)
+    done = threading.Event()
+    counts: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def deliver(batch: list[tuple[object, StepOutput]]) -> None:
+        with lock:
+            for handle, out in batch:
+                counts[str(handle)] = counts.get(str(handle), 0) + len(out.token_ids)
+                if out.finished:
+                    counts[f"{handle}:done"] = 1
+            if sum(k.endswith(":done") for k in counts) == 3:
+                done.set()
+
+    sched = Scheduler(
+        runner,
+        max_running=4,
+        metrics=EngineMetrics("test"),
+        deliver=deliver,
+        async_decode=True,
+    )
+    sched.start()
+    try:
+        for i, temperature in enumerate([0.0, 1.0, 0.0]):
+            params = SamplingParams(max_tokens=20, temperature=temperature, seed=7, ignore_eos=True)
+            sched.submit(GenerationRequest(f"r{i}", (257, 40 + i, 41, 42), params), f"r{i}")
+        assert done.wait(60)
+    finally:
+        sched.shutdown()
+    assert [counts[f"r{i}"] for i in range(3)] == [20, 20, 20]

@@ -227,7 +227,9 @@ def test_max_tokens_eos_ignore_eos_min_tokens(client: httpx.Client) -> None:
     assert short["choices"][0]["finish_reason"] == "length"
 
 
-async def _stream_many(url: str, n: int, max_tokens: int) -> list[tuple[int, dict[str, Any], bool]]:
+async def _stream_many(
+    url: str, n: int, max_tokens: int, model: str = MODEL
+) -> list[tuple[int, dict[str, Any], bool]]:
     limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
     async with httpx.AsyncClient(base_url=url, timeout=120.0, limits=limits, trust_env=False) as c:
 
@@ -235,12 +237,13 @@ async def _stream_many(url: str, n: int, max_tokens: int) -> list[tuple[int, dic
             body = _chat(
                 f"{i} stream me",
                 max_tokens=max_tokens,
-                temperature=0.8,
+                temperature=0.8 if i % 2 else 0.0,
                 seed=i,
                 ignore_eos=True,
                 stream=True,
                 stream_options={"include_usage": True},
             )
+            body["model"] = model
             tokens, usage, done = 0, {}, False
             async with c.stream("POST", "/v1/chat/completions", json=body) as resp:
                 assert resp.status_code == 200
@@ -384,3 +387,38 @@ def test_disconnect_frees_the_slot_and_metrics_report(client: httpx.Client) -> N
     assert _metric(text, "generation_tokens_total") > 0
     assert _metric(text, "requests_finished_total", 'finished_reason="abort"') >= 1
     assert _metric(text, "step_seconds_count", 'phase="decode"') > 0
+
+
+def test_fast_path_server_with_async_decode_streams_every_token(tmp_path: Any) -> None:
+    """The batched path with the decode program and asynchronous decode, served (on CPU):
+    greedy answers equal the synchronous server's, and 16 concurrent streams, greedy
+    and sampled, each stream exactly the tokens their usage counts."""
+    from agent.supervisor import EngineServer, free_port
+    from tests.engines.pytorch.conftest import HEALTH_TIMEOUT_S, REPO_ROOT, engine_argv
+
+    bodies = [
+        {**_chat(p, max_tokens=24, temperature=0, ignore_eos=True), "model": "random:tiny-gemma4"}
+        for p in PROMPTS[:4]
+    ]
+    answers = []
+    for mode in ("off", "on"):
+        port = free_port()
+        argv = engine_argv(
+            port, "random:tiny-gemma4", "--batch-invariant", "off", "--async-decode", mode
+        )
+        url = f"http://127.0.0.1:{port}"
+        with EngineServer(
+            "pytorch", argv, log_path=tmp_path / f"server-{mode}.log", port=port, cwd=REPO_ROOT
+        ) as server:
+            server.wait_healthy(f"{url}/health", HEALTH_TIMEOUT_S)
+            answers.append(
+                [
+                    r["choices"][0]["message"]["content"]
+                    for r in asyncio.run(_concurrent_chat(url, bodies))
+                ]
+            )
+            if mode == "on":
+                results = asyncio.run(_stream_many(url, 16, 24, model="random:tiny-gemma4"))
+                for tokens, usage, done in results:
+                    assert done and tokens == usage["completion_tokens"] == 24
+    assert answers[0] == answers[1]
