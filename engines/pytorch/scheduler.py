@@ -424,12 +424,11 @@ class Scheduler:
         streaming) while step n + 1 runs: the host no longer sits between two steps.
 
         Step n + 1 is queued before step n's results are known, so a row that step n
-        finishes (EOS, a stop string) gets one token too many; it is dropped unread,
-        and its K/V write lands in a slot that is free by then (stale positions are
-        masked for the slot's next owner). Rows that step n certainly finishes (by
-        length) and sampled rows are not run ahead: for them, and whenever the batch
-        changed (a request joined), the in-flight step is read first and the next
-        iteration queues from the host's tokens.
+        finishes gets one token too many; it is dropped unread, and its K/V write lands
+        in a slot that is free by then (stale positions are masked for the slot's next
+        owner). Sampled rows are not run ahead: for them, and whenever the batch changed
+        (a request joined), the in-flight step is read first and the next iteration
+        queues from the host's tokens.
         """
         rows = list(self._running)
         prev = self._inflight
@@ -477,13 +476,12 @@ class Scheduler:
 
     def _may_run_ahead(self, seq: _Sequence) -> bool:
         """May the step after the in-flight one be queued for `seq` before its token is
-        read? Not if that token certainly ends it, or the next position is past the end."""
-        n = len(seq.output_ids) + 1  # with the in-flight token
-        return (
-            seq.sampler.params.greedy
-            and n < seq.request.params.max_tokens
-            and seq.prompt_len + n < self.max_model_len
-        )
+        read? Greedy rows only (a sampled row draws on the host), and not past the end
+        of the cache. A row that the in-flight token ends (by length, EOS or a stop
+        string) still runs once more: its extra token is dropped unread, which keeps the
+        batch in slots 0 ... n - 1 and the device busy."""
+        next_position = seq.prompt_len + len(seq.output_ids)  # of the in-flight token
+        return seq.sampler.params.greedy and next_position < self.max_model_len - 1
 
     def _take_tokens(self, step: _InFlight) -> None:
         """Read an in-flight step's tokens and hand them to their (still running) rows."""

@@ -157,3 +157,12 @@ def test_async_decode_steps_sampled_rows_synchronously(loaded: LoadedModel) -> N
     finally:
         sched.shutdown()
     assert [counts[f"r{i}"] for i in range(3)] == [20, 20, 20]
+
+
+def test_async_decode_stops_at_the_models_length() -> None:
+    short = load_model("random:tiny-gemma4", device="cpu", seed=0, max_model_len=48)
+    jobs = [([257, *range(40, 40 + n)], 100) for n in (10, 30, 45)]  # end by model length
+    sync = _serve(_program_runner(short), jobs)
+    ahead = _serve(_program_runner(short), jobs, async_decode=True)
+    assert ahead == sync
+    assert [len(p) + len(o) for (p, _n), o in zip(jobs, ahead, strict=True)] == [48] * 3
