@@ -208,6 +208,14 @@ class SlotKVCache:
                 pool[a] = pool[b]
                 pool[b] = held
 
+    def clear_slot(self, slot: int) -> None:
+        """Zero a slot in every pool. Its next owner never attends to what is left there
+        (masked to probability 0), but 0 x NaN is NaN: a sequence whose forward went
+        non-finite would otherwise poison the slot for the next one."""
+        for pools in (self.keys, self.values):
+            for pool in pools.values():
+                pool[slot].zero_()
+
     def nbytes(self) -> int:
         return sum(
             t.numel() * t.element_size() for t in (*self.keys.values(), *self.values.values())

@@ -240,6 +240,11 @@ class ModelRunner:
         """Exchange two slots' cached keys and values (the scheduler's slot compaction)."""
         self.cache.swap_slots(a, b)
 
+    @torch.inference_mode()
+    def clear_slot(self, slot: int) -> None:
+        """Zero a freed slot's keys and values (see `SlotKVCache.clear_slot`)."""
+        self.cache.clear_slot(slot)
+
     def _forward(
         self,
         input_ids: torch.Tensor,

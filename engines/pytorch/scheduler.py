@@ -558,6 +558,7 @@ class Scheduler:
         seq.done = True
         self._by_id.pop(seq.request.request_id, None)
         if seq.slot is not None:
+            self.runner.clear_slot(seq.slot)
             self._free_slots.add(seq.slot)
             seq.slot = None
         if seq in self._waiting:

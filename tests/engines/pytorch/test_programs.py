@@ -161,3 +161,19 @@ def test_each_kind_of_layer_traces_as_one_graph(loaded: LoadedModel) -> None:
     kinds = {(layer.layer_type, layer.writes_kv) for layer in compiled.program.layers}
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert frames == len(kinds) + 2  # + embedding and head
+
+
+def test_a_cleared_slot_passes_no_nan_to_its_next_owner(loaded: LoadedModel) -> None:
+    """Masked keys get probability 0, but 0 x NaN is NaN: a slot left with non-finite
+    K/V by its last owner poisons the next one's decode unless it is cleared."""
+    runner = _runner(loaded, 2)
+    with torch.inference_mode():
+        for pool in (*runner.cache.keys.values(), *runner.cache.values.values()):
+            pool[0, :, 100:] = float("nan")  # left by an earlier owner, past the new prompt
+        runner.prefill(0, [257, 40, 41, 42])
+        poisoned = runner.decode([0], [43], [4])
+        assert not torch.isfinite(poisoned[0][runner.banned_ids.logical_not()]).all()
+        runner.clear_slot(0)
+        runner.prefill(0, [257, 40, 41, 42])
+        clean = runner.decode([0], [43], [4])
+    assert torch.isfinite(clean[0][runner.banned_ids.logical_not()]).all()

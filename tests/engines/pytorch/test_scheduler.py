@@ -40,6 +40,10 @@ class FakeRunner:
         self.device = torch.device("cpu")
         self.cache = _Cache()
         self.batch_sizes: list[int] = []
+        self.cleared: list[int] = []
+
+    def clear_slot(self, slot: int) -> None:
+        self.cleared.append(slot)
 
     @staticmethod
     def _logits(after: int) -> torch.Tensor:
@@ -119,6 +123,7 @@ def test_requests_join_and_leave_between_steps() -> None:
         assert outs[-1].prompt_tokens == 9  # prefilled in chunks of 4, 4, 1
     assert max(runner.batch_sizes) == 4  # never more rows than slots
     assert runner.batch_sizes[0] == 1 and 1 in runner.batch_sizes[-5:]  # alone, joined, alone again
+    assert len(runner.cleared) == 6  # every finished request's slot is cleared for the next
 
 
 def test_a_failing_request_fails_alone() -> None:
