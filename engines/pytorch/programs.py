@@ -251,7 +251,11 @@ class Gemma4DecodeProgram:
     ) -> None:
         config = model.config.get_text_config()
         compile_layers = options.compile_mode is not None
-        text = model.model
+        # Gemma4ForCausalLM holds the text decoder as `.model`; the multimodal
+        # Gemma4ForConditionalGeneration (what AutoModelForCausalLM loads for the hub's
+        # gemma-4 checkpoints) as `.model.language_model`, beside the vision and audio
+        # towers, which decode never uses.
+        text = getattr(model.model, "language_model", model.model)
         self._check_supported(config, text)
         dtype = text.embed_tokens.weight.dtype
         device = text.embed_tokens.weight.device
@@ -457,7 +461,10 @@ def _kv_producer(config: object, index: int) -> int:
     raise UnsupportedModel(f"layer {index} shares KV but no earlier {layer_type} layer stores it")
 
 
-PROGRAMS: dict[str, type[Gemma4DecodeProgram]] = {"Gemma4ForCausalLM": Gemma4DecodeProgram}
+PROGRAMS: dict[str, type[Gemma4DecodeProgram]] = {
+    "Gemma4ForCausalLM": Gemma4DecodeProgram,
+    "Gemma4ForConditionalGeneration": Gemma4DecodeProgram,
+}
 
 
 def program_for(

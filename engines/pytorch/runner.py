@@ -162,6 +162,7 @@ class ModelRunner:
         decode_program: bool = False,
         triton_gemv: bool = False,
         attention_by_reduction: bool = False,
+        compile_without_program: bool = True,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -207,11 +208,13 @@ class ModelRunner:
         if decode_program and batched_decode:
             options = ProgramOptions(compile_mode, triton_gemv, attention_by_reduction)
             self.program = program_for(self.model, self.cache, loaded.max_model_len, options)
-        if compile_mode is not None and self.program is None:
+        if compile_mode is not None and self.program is None and compile_without_program:
             # No decode program: the whole transformers step, static shapes, one
             # compilation per (batch bucket, KV bucket). On an H200 (Gemma 4 E2B, batch
             # 1) about a minute each, and dynamic=True did not finish within 280 s: the
-            # program's per-layer compilation is what makes compiling servable.
+            # program's per-layer compilation is what makes compiling servable, so the
+            # server's automatic compile skips models without one
+            # (`compile_without_program`).
             self._step_fn = torch.compile(self._static_step, mode=compile_mode, dynamic=False)
         if cuda_graphs and not (batched_decode and self.device.type == "cuda"):
             raise ValueError("CUDA graphs need batched decode on a CUDA device")

@@ -409,6 +409,7 @@ def create_state(config: EngineConfig) -> EngineState:
         packed_prefill=config.packed_prefill_on(device_type),
         fused_norms=config.fused_norms_on(device_type),
         compile_mode=config.compile_mode_for(device_type),
+        compile_without_program=config.compile_mode != "auto",
         decode_program=config.decode_program_on(device_type),
         triton_gemv=config.triton_gemv_on(device_type),
         attention_by_reduction=config.attention_form == "reduction",

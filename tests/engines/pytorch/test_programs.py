@@ -83,6 +83,17 @@ def test_llama_model_keeps_the_generic_step() -> None:
     runner = _runner(llama, 2)
     assert runner.program is None
     assert program_for(llama.model, runner.cache, 64) is None
+    # the server's automatic compile is for programs: without one the step stays eager
+    auto = ModelRunner(
+        llama,
+        num_slots=2,
+        batch_invariant=False,
+        batched_decode=True,
+        decode_program=True,
+        compile_mode="default",
+        compile_without_program=False,
+    )
+    assert auto.program is None and auto._step_fn == auto._static_step
 
 
 def test_program_step_reads_the_static_buffers(loaded: LoadedModel) -> None:
@@ -177,3 +188,43 @@ def test_a_cleared_slot_passes_no_nan_to_its_next_owner(loaded: LoadedModel) -> 
         runner.prefill(0, [257, 40, 41, 42])
         clean = runner.decode([0], [43], [4])
     assert torch.isfinite(clean[0][runner.banned_ids.logical_not()]).all()
+
+
+def test_multimodal_gemma4_class_gets_the_program_on_its_text_decoder() -> None:
+    """The hub's gemma-4 checkpoints load as Gemma4ForConditionalGeneration (text decoder
+    under `.model.language_model`); the program serves its text decode the same way."""
+    from transformers import AutoModelForCausalLM, Gemma4Config
+
+    from engines.pytorch.model import RANDOM_MODELS
+    from engines.pytorch.tokenizer import build_byte_tokenizer, generation_ids
+
+    tok = build_byte_tokenizer()
+    text_config = RANDOM_MODELS["tiny-gemma4"].build_config(tok)
+    config = Gemma4Config(text_config=text_config.to_dict(), vision_config=None, audio_config=None)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    assert type(model).__name__ == "Gemma4ForConditionalGeneration"
+    multimodal = LoadedModel(
+        "mm", model, tok, torch.device("cpu"), torch.float32, 256, [1], generation_ids(tok)
+    )
+    runner = _runner(multimodal, 2)
+    assert isinstance(runner.program, Gemma4DecodeProgram)
+    runner.prefill(0, [257, *range(40, 60)])
+    runner.prefill(1, [257, *range(70, 75)])
+    with torch.inference_mode():
+        runner.step_inputs[:, :2].copy_(
+            pad_step(
+                [0, 1],
+                [60, 75],
+                [21, 6],
+                buckets=runner.buckets,
+                capacity=runner.cache.capacity,
+                scratch_slot=runner.cache.scratch_slot,
+            ).host
+        )
+        program = runner.program
+        runner.program = None
+        expected = runner._static_step(2, 256).clone()
+        runner.program = program
+        got = runner._static_step(2, 256)
+    assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4)
