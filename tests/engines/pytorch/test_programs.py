@@ -30,6 +30,20 @@ def _runner(loaded: LoadedModel, slots: int) -> ModelRunner:
     )
 
 
+def _load_step(runner: ModelRunner, tokens: list[int], positions: list[int]) -> tuple[int, int]:
+    """Fill the static decode inputs for rows in slots 0 ... n - 1; (bucket, kv_len)."""
+    step = pad_step(
+        list(range(len(tokens))),
+        tokens,
+        positions,
+        buckets=runner.buckets,
+        capacity=runner.cache.capacity,
+        scratch_slot=runner.cache.scratch_slot,
+    )
+    runner.step_inputs[:, : step.bucket].copy_(step.host)
+    return step.bucket, step.kv_len
+
+
 def test_program_logits_and_cache_writes_match_transformers(loaded: LoadedModel) -> None:
     runner = _runner(loaded, 4)
     assert isinstance(runner.program, Gemma4DecodeProgram)
@@ -39,25 +53,17 @@ def test_program_logits_and_cache_writes_match_transformers(loaded: LoadedModel)
     ]
     for slot, ids in enumerate(prompts):
         runner.prefill(slot, ids)
-    step = pad_step(
-        [0, 1, 2],
-        [40, 41, 42],
-        [len(p) for p in prompts],
-        buckets=runner.buckets,
-        capacity=runner.cache.capacity,
-        scratch_slot=runner.cache.scratch_slot,
-    )
-    runner.step_inputs[:, : step.bucket].copy_(step.host)
+    bucket, kv_len = _load_step(runner, [40, 41, 42], [len(p) for p in prompts])
     program = runner.program
     with torch.inference_mode():
         runner.program = None
-        expected = runner._static_step(step.bucket, step.kv_len)[:3]
+        expected = runner._static_step(bucket, kv_len)[:3]
         keys_expected = {i: k.clone() for i, k in runner.cache.keys.items()}
         for pool in (*runner.cache.keys.values(), *runner.cache.values.values()):
             for slot, ids in enumerate(prompts):
                 pool[slot, :, len(ids)] = 0  # the program must write them again
         runner.program = program
-        got = runner._static_step(step.bucket, step.kv_len)[:3]
+        got = runner._static_step(bucket, kv_len)[:3]
     assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4)
     assert torch.equal(got.argmax(-1), expected.argmax(-1))
     for layer, pool in runner.cache.keys.items():
@@ -113,18 +119,10 @@ def test_attention_by_reduction_matches_the_matrix_products(loaded: LoadedModel)
     runner.prefill(0, [257, *range(40, 70)])
     runner.prefill(1, [257, *range(50, 55)])
     with torch.inference_mode():
-        host = pad_step(
-            [0, 1],
-            [70, 55],
-            [31, 6],
-            buckets=runner.buckets,
-            capacity=runner.cache.capacity,
-            scratch_slot=runner.cache.scratch_slot,
-        ).host
-        runner.step_inputs[:, :2].copy_(host)
-        by_products = runner._static_step(2, 256).clone()
+        bucket, kv_len = _load_step(runner, [70, 55], [31, 6])
+        by_products = runner._static_step(bucket, kv_len).clone()
         runner.program.attention_by_reduction = True
-        by_reduction = runner._static_step(2, 256)
+        by_reduction = runner._static_step(bucket, kv_len)
     assert torch.allclose(by_reduction, by_products, atol=1e-4, rtol=1e-4)
 
 
@@ -212,19 +210,10 @@ def test_multimodal_gemma4_class_gets_the_program_on_its_text_decoder() -> None:
     runner.prefill(0, [257, *range(40, 60)])
     runner.prefill(1, [257, *range(70, 75)])
     with torch.inference_mode():
-        runner.step_inputs[:, :2].copy_(
-            pad_step(
-                [0, 1],
-                [60, 75],
-                [21, 6],
-                buckets=runner.buckets,
-                capacity=runner.cache.capacity,
-                scratch_slot=runner.cache.scratch_slot,
-            ).host
-        )
+        bucket, kv_len = _load_step(runner, [60, 75], [21, 6])
         program = runner.program
         runner.program = None
-        expected = runner._static_step(2, 256).clone()
+        expected = runner._static_step(bucket, kv_len).clone()
         runner.program = program
-        got = runner._static_step(2, 256)
+        got = runner._static_step(bucket, kv_len)
     assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4)
