@@ -1,20 +1,26 @@
 """Batch-1 projections for the CUDA decode step: a Triton matrix-vector kernel with the
 operation before the product fused into its loads, as torch custom ops, each with the
-plain-torch form it replaces (which every other batch size and the CPU run).
+plain-torch form it replaces (which every other batch size and the CPU runs).
 
 Why: at batch 1 every projection of Gemma 4 E2B is a matrix-vector product (0.8 to 75 MB
 of weights). cuBLAS runs them as GEMM tiles at about half the copy bandwidth on the
-smaller ones (`benchmarks/gemv_h200.py`: 2.02 ms for one step's projections on an H200,
-against 1.69 ms for this kernel and a 1.11 ms roofline). And each is preceded by a small
-kernel whose only consumer it is: the RMSNorm before q/k/v and gate/up, the GELU gate
-before down and the per-layer projection. Those take a few microseconds each, 140 a step.
+smaller ones (`benchmarks/gemv_h200.py`: 2.00 ms for one step's projections on an H200,
+against 1.60 ms for this kernel and a 1.10 ms roofline). And most are preceded by a small
+kernel whose only consumer they are: the RMSNorm before q/k/v, gate/up and the LM head,
+the GELU gate before down and the per-layer projection, the residual step before the
+per-layer gate. Those take a few microseconds each.
 
 `gemv(x, w, prologue)`: each program reduces `BLOCK_N` whole weight rows, read once and
 coalesced in `BLOCK_K` chunks, with x rebuilt on the fly from its inputs:
 - `linear`: x as given;
 - `norm_linear`: RMSNorm(x) * norm_weight (each program recomputes the row's mean square:
   x is a few KB, read from L2);
-- `gelu_mul_linear`: gelu_tanh(a) * b.
+- `gelu_mul_linear`: gelu_tanh(a) * b;
+- `residual_linear`: x + RMSNorm(branch) * w [* scalar], optionally normed again, with
+  the new residual row written out by the first program. Measured on an H200, this pays
+  for a narrow projection (the per-layer gate: 4.9 vs 11.4 us) but not before a wide one
+  (gate/up: every program rebuilds the row before it streams weights), so the decode
+  program uses it only there.
 Intermediates are rounded to the activation dtype where the unfused form rounds them, so
 results stay within float32 summation-order differences of it. The configurations are
 tried per (N, K) by Triton's autotuner the first time a shape runs.
