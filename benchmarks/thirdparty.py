@@ -52,7 +52,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -617,6 +617,63 @@ def _resolve_bounds(
     return request_count, duration_s
 
 
+def _run_tool(
+    tool: str,
+    argv_for: Callable[..., list[str]],
+    parse: Callable[[ToolRun, Path], None],
+    *,
+    env_changes: dict[str, str | None],
+    startup_s: float,
+    itl_definition: str,
+    base_url: str,
+    model: str,
+    concurrency: int,
+    input_tokens: int,
+    output_tokens: int,
+    request_count: int | None,
+    duration_s: float | None,
+    out_dir: Path,
+    cpu: int | None,
+    timeout_s: float | None,
+) -> ToolRun:
+    """One bounded run of a third-party client: install it, build its command line with
+    `argv_for`, run it pinned to `cpu` with its log in `out_dir`, then `parse` its output
+    folder into the `ToolRun`."""
+    request_count, duration_s = _resolve_bounds(concurrency, request_count, duration_s)
+    exe = ensure_tool(tool)
+    tokenizer = ensure_tokenizer()
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    argv = argv_for(
+        exe, base_url, model,
+        concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
+        request_count=request_count, duration_s=duration_s, out_dir=out_dir,
+        tokenizer=tokenizer,
+    )  # fmt: skip
+    log_path = out_dir / f"{tool}.log"
+    log.info("%s: %s", tool, " ".join(argv))
+    proc = _run(
+        argv,
+        env_changes=env_changes,
+        cpu=cpu,
+        log_path=log_path,
+        timeout_s=timeout_s or _default_timeout(duration_s, startup_s=startup_s),
+        cwd=out_dir,
+    )
+    run = ToolRun(
+        tool=tool,
+        version=TOOL_VERSIONS[tool],
+        argv=argv,
+        env_changes=env_changes,
+        returncode=proc.returncode,
+        out_dir=out_dir,
+        concurrency=concurrency,
+        itl_definition=itl_definition,
+    )
+    parse(run, out_dir)
+    return _finish(run, proc, log_path)
+
+
 def _finish(run: ToolRun, proc: _Proc, log_path: Path) -> ToolRun:
     run.returncode = proc.returncode
     run.wall_s = proc.wall_s
@@ -736,45 +793,30 @@ def run_aiperf(
     Environment: ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` are removed (AIPerf 0.13
     only loads a local tokenizer folder when they are unset); ``HF_HUB_DISABLE_TELEMETRY=1``.
     """
-    request_count, duration_s = _resolve_bounds(concurrency, request_count, duration_s)
-    exe = ensure_tool("aiperf")
-    tokenizer = ensure_tokenizer()
-    out_dir = Path(out_dir).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    argv = aiperf_argv(
-        exe, base_url, model,
-        concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
-        request_count=request_count, duration_s=duration_s, out_dir=out_dir,
-        tokenizer=tokenizer,
-    )  # fmt: skip
     env_changes: dict[str, str | None] = {
         "HF_HUB_OFFLINE": None,
         "TRANSFORMERS_OFFLINE": None,
         "HF_HUB_DISABLE_TELEMETRY": "1",
         "PYTHONUNBUFFERED": "1",
     }
-    log_path = out_dir / "aiperf.log"
-    log.info("aiperf: %s", " ".join(argv))
-    proc = _run(
-        argv,
+    return _run_tool(
+        "aiperf",
+        aiperf_argv,
+        _parse_aiperf,
         env_changes=env_changes,
-        cpu=cpu,
-        log_path=log_path,
-        timeout_s=timeout_s or _default_timeout(duration_s, startup_s=60),
-        cwd=out_dir,
-    )
-    run = ToolRun(
-        tool="aiperf",
-        version=TOOL_VERSIONS["aiperf"],
-        argv=argv,
-        env_changes=env_changes,
-        returncode=proc.returncode,
-        out_dir=out_dir,
-        concurrency=concurrency,
+        startup_s=60,
         itl_definition=AIPERF_ITL_DEFINITION,
+        base_url=base_url,
+        model=model,
+        concurrency=concurrency,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        request_count=request_count,
+        duration_s=duration_s,
+        out_dir=out_dir,
+        cpu=cpu,
+        timeout_s=timeout_s,
     )
-    _parse_aiperf(run, out_dir)
-    return _finish(run, proc, log_path)
 
 
 def _stat(d: dict[str, Any], metric: str, stat: str) -> float | None:
@@ -951,17 +993,6 @@ def run_guidellm(
 
     Environment: ``HF_HUB_OFFLINE=1``, ``HF_HUB_DISABLE_TELEMETRY=1``.
     """
-    request_count, duration_s = _resolve_bounds(concurrency, request_count, duration_s)
-    exe = ensure_tool("guidellm")
-    tokenizer = ensure_tokenizer()
-    out_dir = Path(out_dir).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    argv = guidellm_argv(
-        exe, base_url, model,
-        concurrency=concurrency, input_tokens=input_tokens, output_tokens=output_tokens,
-        request_count=request_count, duration_s=duration_s, out_dir=out_dir,
-        tokenizer=tokenizer,
-    )  # fmt: skip
     env_changes: dict[str, str | None] = {
         "HF_HUB_OFFLINE": "1",
         "HF_HUB_DISABLE_TELEMETRY": "1",
@@ -969,28 +1000,24 @@ def run_guidellm(
         # Wide, plain console tables in the log instead of a terminal-sized rich layout.
         "COLUMNS": "200",
     }
-    log_path = out_dir / "guidellm.log"
-    log.info("guidellm: %s", " ".join(argv))
-    proc = _run(
-        argv,
+    return _run_tool(
+        "guidellm",
+        guidellm_argv,
+        lambda run, out: _parse_guidellm(run, out / "benchmarks.json"),
         env_changes=env_changes,
-        cpu=cpu,
-        log_path=log_path,
-        timeout_s=timeout_s or _default_timeout(duration_s, startup_s=120),
-        cwd=out_dir,
-    )
-    run = ToolRun(
-        tool="guidellm",
-        version=TOOL_VERSIONS["guidellm"],
-        argv=argv,
-        env_changes=env_changes,
-        returncode=proc.returncode,
-        out_dir=out_dir,
-        concurrency=concurrency,
+        startup_s=120,
         itl_definition=GUIDELLM_ITL_DEFINITION,
+        base_url=base_url,
+        model=model,
+        concurrency=concurrency,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        request_count=request_count,
+        duration_s=duration_s,
+        out_dir=out_dir,
+        cpu=cpu,
+        timeout_s=timeout_s,
     )
-    _parse_guidellm(run, out_dir / "benchmarks.json")
-    return _finish(run, proc, log_path)
 
 
 def _dist(metrics: dict[str, Any], metric: str, status: str, stat: str) -> float | None:
