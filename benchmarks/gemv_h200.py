@@ -1,5 +1,5 @@
 """Batch-1 projections of Gemma 4 E2B on one GPU: cuBLAS (`F.linear`) against the engine's
-Triton matrix-vector kernel (`engines.pytorch.kernels.gemv`), shape by shape and as the
+Triton matrix-vector kernel (`engines.pytorch.kernels.linear`), shape by shape and as the
 whole chain of one decode step, against the copy bandwidth measured in the same run.
 
 Each timing replays a CUDA graph of the products over enough distinct weight copies
@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 from engines.pytorch import kernels
-from engines.pytorch.kernels import gemv
 from engines.pytorch.stepbench import copy_bandwidth
 
 # (name, N, K, count per decode step) for random:gemma-4-e2b: 15 layers write K/V (12
@@ -80,9 +79,9 @@ def shape_times(n: int, k: int, dtype: torch.dtype) -> dict[str, Any]:
     x = torch.randn(1, k, device="cuda", dtype=dtype)
     out: dict[str, Any] = {"N": n, "K": k, "mbytes": nbytes / 1e6, "copies": copies}
     ref = F.linear(x, weights[0]).float()
-    got = gemv(x, weights[0]).float()
+    got = kernels.linear(x, weights[0]).float()
     out["max_abs_diff_vs_cublas"] = float((ref - got).abs().max())
-    for name, op in (("cublas", F.linear), ("triton", gemv)):
+    for name, op in (("cublas", F.linear), ("triton", kernels.linear)):
         seconds = _timed_graph(lambda op=op: [op(x, w) for w in weights]) / copies
         out[f"{name}_us"] = seconds * 1e6
         out[f"{name}_gb_s"] = nbytes / seconds / 1e9

@@ -334,8 +334,3 @@ def residual_linear(
     if norm_weight is not None:
         inputs = torch.rms_norm(x_new, (x_new.shape[-1],), norm_weight, eps)
     return F.linear(inputs, weight), x_new
-
-
-def gemv(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """The plain kernel on its own (for `benchmarks/gemv_h200.py`)."""
-    return linear(x, weight)

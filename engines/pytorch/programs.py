@@ -34,7 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.pytorch import kernels
-from engines.pytorch.kv_cache import SlotKVCache
+from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +290,6 @@ class Gemma4DecodeProgram:
             if layer.writes_kv:
                 cache.allocate(layer.index, layer.kv_heads, layer.head_dim, dtype)
         self.cache = cache
-        self.windows = sorted({layer.window or 0 for layer in self.layers})
         self._layer_fn: Callable[..., torch.Tensor] = gemma4_layer
         self._embed_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = gemma4_embed
         self._head_fn: Callable[..., torch.Tensor] = gemma4_head
@@ -380,19 +379,6 @@ class Gemma4DecodeProgram:
             scale=float(attn.scaling),
         )
 
-    def masks(self, positions: torch.Tensor, kv_len: int) -> dict[int, torch.Tensor]:
-        """(rows, 1, 1, kv_len) bool per window (0: full attention), True where hidden;
-        the same rule as `kv_cache.DecodeLayout.hidden`."""
-        k_pos = torch.arange(kv_len, device=positions.device)[None, :]
-        q_pos = positions[:, None]
-        out = {}
-        for window in self.windows:
-            hidden = k_pos > q_pos
-            if window:
-                hidden = hidden | (k_pos <= q_pos - window)
-            out[window] = hidden[:, None, None, :]
-        return out
-
     def step(
         self, tokens: torch.Tensor, positions: torch.Tensor, slot_index: torch.Tensor, kv_len: int
     ) -> torch.Tensor:
@@ -412,7 +398,10 @@ class Gemma4DecodeProgram:
             self.ple_width,
             self.eps,
         )
-        masks = self.masks(positions, kv_len)
+        # The masks by window, from the same rule as the generic batched step, once a step.
+        layout = DecodeLayout(
+            rows=tokens.shape[0], kv_len=kv_len, slot_index=slot_index, write_positions=positions
+        )
         rotary = {t: (cos[positions], sin[positions]) for t, (cos, sin) in self.rotary.items()}
         for layer in self.layers:
             cos, sin = rotary[layer.layer_type]
@@ -433,7 +422,7 @@ class Gemma4DecodeProgram:
                 self.cache.values[layer.kv_source],
                 cos,
                 sin,
-                masks[layer.window or 0],
+                layout.hidden(layer.window),
                 slot_index,
                 positions,
                 layer.heads,

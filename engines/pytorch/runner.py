@@ -268,9 +268,12 @@ class ModelRunner:
         finally:
             self.cache.layout = None
         if isinstance(logits_to_keep, int):
-            logits = out.logits[:, -1, :].float()
-        else:  # a packed prefill: one row of the kept positions
-            logits = out.logits[0].float()
+            return self._choosable(out.logits[:, -1, :])
+        return self._choosable(out.logits[0])  # a packed prefill: one row per kept position
+
+    def _choosable(self, logits: torch.Tensor) -> torch.Tensor:
+        """Logits in float32 with the ids that may not be generated at -inf."""
+        logits = logits.float()
         if self.banned_ids is not None:
             logits.masked_fill_(self.banned_ids, float("-inf"))
         return logits
@@ -309,12 +312,9 @@ class ModelRunner:
         """The batched decode step on the static buffers (what a CUDA graph captures)."""
         inputs = self.step_inputs[:, :bucket]
         if self.program is not None:
-            logits = self.program.step(
-                inputs[TOKENS], inputs[POSITIONS], inputs[SLOTS], kv_len
-            ).float()
-            if self.banned_ids is not None:
-                logits.masked_fill_(self.banned_ids, float("-inf"))
-            return logits
+            return self._choosable(
+                self.program.step(inputs[TOKENS], inputs[POSITIONS], inputs[SLOTS], kv_len)
+            )
         layout = DecodeLayout(
             rows=bucket,
             kv_len=kv_len,

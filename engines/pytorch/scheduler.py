@@ -390,7 +390,11 @@ class Scheduler:
             self._compact_slots()
         if self._async:
             self._decode_step_async()
-            return
+        else:
+            self._decode_step_sync()
+
+    def _decode_step_sync(self) -> None:
+        """One step: decode every running row, then choose and hand out its tokens."""
         rows = list(self._running)
         t0 = time.perf_counter()
         try:
@@ -440,7 +444,7 @@ class Scheduler:
             self._take_tokens(prev)
             return
         if any(not seq.sampler.params.greedy for seq in rows):
-            self._async_off_for_step()
+            self._decode_step_sync()
             return
         t0 = time.perf_counter()
         if prev is not None:  # the tokens of step n, still on the device
@@ -467,8 +471,9 @@ class Scheduler:
             log.exception("asynchronous decode of %d rows failed", len(rows))
             self._inflight = None
             if prev is not None:
-                self._take_tokens(prev)
-            self._async_off_for_step()
+                self._take_tokens(prev)  # rows may have finished: compact again
+                self._compact_slots()
+            self._decode_step_sync()
             return
         if prev is not None:
             self._take_tokens(prev)
@@ -489,14 +494,6 @@ class Scheduler:
             if not seq.done:
                 self._accept(seq, None, token)  # type: ignore[arg-type]
         self._running = [s for s in self._running if not s.done]
-
-    def _async_off_for_step(self) -> None:
-        """One synchronous step (sampled rows, or a failed asynchronous one)."""
-        self._async = False
-        try:
-            self._decode_step()
-        finally:
-            self._async = True
 
     def _decode(self, rows: list[_Sequence]) -> torch.Tensor:
         slots = [s.slot for s in rows]
