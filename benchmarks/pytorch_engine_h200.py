@@ -276,12 +276,20 @@ def server_sweep(
 
 
 def compiled_mode(
-    out: Path, model: str, mode: str, timeout_s: float, batches: str = "1", program: bool = True
+    out: Path,
+    model: str,
+    mode: str,
+    timeout_s: float,
+    batches: str = "1",
+    flags: Sequence[str] = (),
+    name: str | None = None,
 ) -> dict[str, Any]:
-    """torch.compile of the batched step (with the decode program: of each kind of layer),
-    in its own process so a long compile can be cut. reduce-overhead brings torch's own
-    CUDA graphs, so the engine's are off for it."""
-    path = out / f"stepbench-compile-{mode}{'-program' if program else ''}.json"
+    """torch.compile of the batched step (with the decode program: of each kind of layer,
+    and the Triton GEMV) plus `flags` for `engines.pytorch.stepbench`, in its own process
+    so a long compile can be cut; it records a greedy continuation, so variants that
+    should compute the same thing can be compared. reduce-overhead brings torch's own CUDA
+    graphs, so the engine's are off for it."""
+    path = out / f"stepbench-{name or 'compile-' + mode + '-program'}.json"
     cmd = [
         sys.executable,
         "-m",
@@ -293,6 +301,8 @@ def compiled_mode(
         "--steps",
         "32",
         "--profile",
+        "--check-tokens",
+        "32",
         "--decode-attention",
         "batched",
         "--cuda-graphs",
@@ -302,9 +312,10 @@ def compiled_mode(
         "--compile-mode",
         mode,
         "--decode-program",
-        "on" if program else "off",
+        "on",
         "--triton-gemv",
-        "on" if program else "off",
+        "on",
+        *flags,
         "--out",
         str(path),
     ]
@@ -358,25 +369,31 @@ def table(data: dict[str, Any]) -> str:
             for d in mode["decode"]
         )
         lines.append(f"| {label} | {cells} |")
+    reference_tokens = None
     for name, mode in s.items():
-        if not name.startswith("compile-") or not mode:
+        if not name.startswith(("compile-", "variant-")) or not mode:
             continue
         bench = mode.get("stepbench")
         if not bench:
             tail = (mode.get("stderr_tail") or "").strip().splitlines()[-1:]
-            lines.append(f"| engine step, torch.{name} | failed: {tail} |")
-        else:
-            cells = ", ".join(
-                f"b{d['batch']}: {d['decode_step_ms_median']:.2f} ms = "
-                f"{d['decode_tok_s']:.0f} tok/s"
-                for d in bench["decode"]
+            lines.append(f"| engine step, {name} | failed: {tail} |")
+            continue
+        cells = ", ".join(
+            f"b{d['batch']}: {d['decode_step_ms_median']:.3f} ms = {d['decode_tok_s']:.0f} tok/s"
+            for d in bench["decode"]
+        )
+        for prof in bench.get("profiles", [])[:1]:
+            cells += (
+                f"; profile b{prof['batch']}: wall {prof['step_wall_ms']:.3f} ms, GPU "
+                f"{prof['device_time_ms']:.3f} ms in {prof['device_kernels']} kernels"
             )
-            what = (
-                "decode program, per-layer compiled, Triton GEMV (the CUDA default)"
-                if bench.get("decode_program")
-                else "batched"
-            )
-            lines.append(f"| engine step, torch.{name}, {what} | {cells} |")
+        tokens = bench.get("greedy_tokens_batch1")
+        if tokens:
+            reference_tokens = reference_tokens or tokens
+            same = sum(a == b for a, b in zip(tokens, reference_tokens, strict=False))
+            cells += f"; greedy tokens equal to the first variant's: {same}/{len(tokens)}"
+        flags = " ".join(mode.get("flags", [])) or "program, compiled, Triton GEMV"
+        lines.append(f"| engine step, {name} ({flags}) | {cells} |")
     for name in ("step_batched_graphs", "step_program_graphs", "step_program_graphs_gemv"):
         for p in (s.get(name) or {}).get("profiles", []):
             top = "; ".join(
@@ -422,8 +439,9 @@ def table(data: dict[str, Any]) -> str:
     if fastest:
         step1 = fastest["decode"][0]["decode_tok_s"]
     compiled = (s.get("compile-default") or {}).get("stepbench")
-    if compiled:  # the serving default on CUDA
-        step1 = compiled["decode"][0]["decode_tok_s"]
+    variants = [v["stepbench"] for k, v in s.items() if k.startswith("variant-") and v]
+    if compiled or any(variants):  # the serving default on CUDA, or its first variant
+        step1 = (compiled or next(v for v in variants if v))["decode"][0]["decode_tok_s"]
     if r_tok:
         lines.append(
             f"| batch 1 vs roofline (target >= 50%) | server {_fmt(b1 and 100 * b1 / r_tok)}%, "
@@ -494,6 +512,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="NAME=FLAGS: one more server sweep with these flags, after the others",
     )
+    p.add_argument(
+        "--step-variant",
+        action="append",
+        default=[],
+        help="NAME=FLAGS: the compiled step (default mode) with these stepbench flags, e.g. "
+        "pdl='--pdl on'; run before the server",
+    )
     p.add_argument("--skip", default="", help="comma-separated sections to skip")
     p.add_argument("--compile-mode", action="append", default=[], help="torch.compile modes")
     p.add_argument("--compile-timeout-s", type=float, default=300.0)
@@ -511,6 +536,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     rec.run("environment", environment)
     in_process(rec, args, skip)
     _free_cuda()
+    for variant in args.step_variant:
+        name, _, text = variant.partition("=")
+        flags = shlex.split(text)
+        timeout = max(60.0, min(args.compile_timeout_s, args.budget_s - rec.elapsed()))
+        rec.run(
+            f"variant-{name}",
+            lambda n=name, f=flags, t=timeout: {
+                "flags": f,
+                **compiled_mode(
+                    args.out, args.model, "default", t, args.compile_batches, flags=f, name=n
+                ),
+            },
+        )
     if "server" not in skip:
         levels = [int(x) for x in args.levels.split(",") if x]
         shape = Shape(input_tokens=PROMPT_LEN, output_tokens=args.output_tokens)

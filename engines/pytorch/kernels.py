@@ -10,19 +10,32 @@ kernel whose only consumer they are: the RMSNorm before q/k/v, gate/up and the L
 the GELU gate before down and the per-layer projection, the residual step before the
 per-layer gate. Those take a few microseconds each.
 
-`gemv(x, w, prologue)`: each program reduces `BLOCK_N` whole weight rows, read once and
-coalesced in `BLOCK_K` chunks, with x rebuilt on the fly from its inputs:
+`gemv(x, w, prologue, epilogue)`: each program reduces `BLOCK_N` whole weight rows, read
+once and coalesced in `BLOCK_K` chunks, with x rebuilt on the fly from its inputs:
 - `linear`: x as given;
-- `norm_linear`: RMSNorm(x) * norm_weight (each program recomputes the row's mean square:
-  x is a few KB, read from L2);
+- `norm_linear`: RMSNorm(x) * norm_weight. Either each program first recomputes the
+  row's mean square (x is a few KB, read from L2) and rounds the normed row as
+  torch.rms_norm does (`post_scale=False`), or it streams weights at once against
+  x * norm_weight, sums the squares of the same x chunks on the way, and scales its
+  results by the reciprocal RMS at the end (`post_scale=True`): no pass over x before
+  the weights start, one rounding of the normed row fewer;
 - `gelu_mul_linear`: gelu_tanh(a) * b;
 - `residual_linear`: x + RMSNorm(branch) * w [* scalar], optionally normed again, with
   the new residual row written out by the first program. Measured on an H200, this pays
   for a narrow projection (the per-layer gate: 4.9 vs 11.4 us) but not before a wide one
   (gate/up: every program rebuilds the row before it streams weights), so the decode
   program uses it only there.
-Intermediates are rounded to the activation dtype where the unfused form rounds them, so
-results stay within float32 summation-order differences of it. The configurations are
+A GELU gate can also end the product that makes it instead of starting the one that
+reads it (`epilogue`), so that product's programs recompute nothing per chunk:
+- `gated_norm_linear`: gelu_tanh(gate) * up of a merged gate/up projection, each program
+  reducing gate rows and the matching up rows, so down reads a finished activation;
+- `residual_linear(..., gate_times=m)`: gelu_tanh(x_new @ w^T) * m (the per-layer gate
+  times the per-layer input), so the per-layer projection does too.
+Intermediates are rounded to the activation dtype where the unfused form rounds them
+(but for the normed row under `post_scale`), so results stay within float32 summation-order
+differences of it, or a couple of output ulps of it for a gated product. On an H200 the
+epilogue forms took the step's projections from 1.86 to 1.66 ms (2.54 to 2.41 ms a step,
+`benchmarks/records/2026-11-29-h200-pytorch-epilogues.md`). The configurations are
 tried per (N, K) by Triton's autotuner the first time a shape runs.
 
 Triton is imported only when a CUDA batch-1 call needs a kernel; CPU runs never touch it.
@@ -39,7 +52,8 @@ import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 
-PLAIN, RMS_NORM, GELU_MUL, RESIDUAL, RESIDUAL_NORM = 0, 1, 2, 3, 4
+PLAIN, RMS_NORM, GELU_MUL, RESIDUAL, RESIDUAL_NORM, RMS_NORM_AFTER = 0, 1, 2, 3, 4, 5
+NO_EPILOGUE, GELU_PAIR, GELU_TIMES = 0, 1, 2
 
 
 @functools.cache
@@ -61,6 +75,11 @@ def _kernel() -> Any:
             (32, 128, 4, 4),
             (32, 256, 8, 3),
             (64, 128, 8, 3),
+            # A whole short row per chunk: every load of a program in flight at once,
+            # for the small projections whose time is mostly one memory round trip.
+            (2, 2048, 4, 2),
+            (4, 2048, 8, 2),
+            (2, 4096, 8, 2),
         )
     ]
 
@@ -80,6 +99,11 @@ def _kernel() -> Any:
         return xn
 
     @triton.jit
+    def _gelu_tanh(x):
+        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+        return 0.5 * x * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
+
+    @triton.jit
     def _input(
         x_ptr,
         b_ptr,
@@ -93,18 +117,19 @@ def _kernel() -> Any:
         PROLOGUE: tl.constexpr,
         SCALE: tl.constexpr,
     ):
-        if PROLOGUE >= 3:
+        if PROLOGUE == 3 or PROLOGUE == 4:
             x = _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE)
         else:
             x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         if PROLOGUE == 1 or PROLOGUE == 4:
             nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
             x = _round(x * rstd * nw, x_ptr)
+        elif PROLOGUE == 5:  # times the norm weight now, the reciprocal RMS at the end
+            nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+            x = x * nw
         elif PROLOGUE == 2:
             b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-            inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-            tanh = 1.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0)
-            x = _round(_round(0.5 * x * (1.0 + tanh), x_ptr) * b, x_ptr)
+            x = _round(_round(_gelu_tanh(x), x_ptr) * b, x_ptr)
         return x
 
     @triton.jit
@@ -116,7 +141,7 @@ def _kernel() -> Any:
             squares += x * x
         return 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
 
-    @triton.autotune(configs=configs, key=["N", "K", "PROLOGUE", "SCALE"])
+    @triton.autotune(configs=configs, key=["N", "K", "PROLOGUE", "SCALE", "EPILOGUE"])
     @triton.jit
     def gemv(
         x_ptr,
@@ -125,6 +150,7 @@ def _kernel() -> Any:
         rw_ptr,
         s_ptr,
         xo_ptr,
+        m_ptr,
         w_ptr,
         y_ptr,
         N,
@@ -132,9 +158,11 @@ def _kernel() -> Any:
         eps,
         PROLOGUE: tl.constexpr,
         SCALE: tl.constexpr,
+        EPILOGUE: tl.constexpr,
         BLOCK_N: tl.constexpr,
         BLOCK_K: tl.constexpr,
     ):
+        # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
         pid = tl.program_id(0)
         rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         row_ok = rows < N
@@ -145,7 +173,7 @@ def _kernel() -> Any:
             scalar = tl.load(s_ptr).to(tl.float32)
         if PROLOGUE == 1:
             rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
-        if PROLOGUE >= 3:
+        if PROLOGUE == 3 or PROLOGUE == 4:
             # Every program rebuilds the new residual row from L2 (a few KB); the first
             # also writes it out for the rest of the layer.
             branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
@@ -159,6 +187,8 @@ def _kernel() -> Any:
                     tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=col_ok)
             rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        acc_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             cols = k0 + tl.arange(0, BLOCK_K)
             col_ok = cols < K
@@ -175,6 +205,9 @@ def _kernel() -> Any:
                 PROLOGUE,
                 SCALE,
             )
+            if PROLOGUE == 5:
+                raw = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+                squares += raw * raw
             w = tl.load(
                 w_ptr + rows[:, None] * K + cols[None, :],
                 mask=row_ok[:, None] & col_ok[None, :],
@@ -182,7 +215,26 @@ def _kernel() -> Any:
                 eviction_policy="evict_first",
             )
             acc += w.to(tl.float32) * x[None, :]
-        tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=row_ok)
+            if EPILOGUE == 1:
+                w_up = tl.load(
+                    w_ptr + (rows + N)[:, None] * K + cols[None, :],
+                    mask=row_ok[:, None] & col_ok[None, :],
+                    other=0.0,
+                    eviction_policy="evict_first",
+                )
+                acc_up += w_up.to(tl.float32) * x[None, :]
+        y = tl.sum(acc, axis=1)
+        up = tl.sum(acc_up, axis=1)
+        if PROLOGUE == 5:
+            rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+            y = y * rstd
+            up = up * rstd
+        if EPILOGUE == 1:
+            y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
+        elif EPILOGUE == 2:
+            m = tl.load(m_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+            y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
+        tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
     return triton, gemv
 
@@ -196,11 +248,15 @@ def _launch(
     branch_norm: torch.Tensor | None = None,
     scalar: torch.Tensor | None = None,
     x_out: torch.Tensor | None = None,
+    multiplier: torch.Tensor | None = None,
     eps: float = 0.0,
     prologue: int,
+    epilogue: int = NO_EPILOGUE,
 ) -> torch.Tensor:
     triton, kernel = _kernel()
     n, k = weight.shape
+    if epilogue == GELU_PAIR:
+        n //= 2
     y = torch.empty(1, n, dtype=x.dtype, device=x.device)
     x = x.contiguous()
     kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
@@ -210,6 +266,7 @@ def _launch(
         x if branch_norm is None else branch_norm,
         x if scalar is None else scalar,
         x if x_out is None else x_out,
+        x if multiplier is None else multiplier.contiguous(),
         weight,
         y,
         n,
@@ -217,6 +274,7 @@ def _launch(
         eps,
         PROLOGUE=prologue,
         SCALE=scalar is not None,
+        EPILOGUE=epilogue,
     )
     return y
 
@@ -229,8 +287,17 @@ def _gemv_op(
     norm_weight: torch.Tensor | None,
     eps: float,
     prologue: int,
+    epilogue: int,
 ) -> torch.Tensor:
-    return _launch(x, weight, other=other, norm_weight=norm_weight, eps=eps, prologue=prologue)
+    return _launch(
+        x,
+        weight,
+        other=other,
+        norm_weight=norm_weight,
+        eps=eps,
+        prologue=prologue,
+        epilogue=epilogue,
+    )
 
 
 @_gemv_op.register_fake
@@ -241,8 +308,9 @@ def _gemv_shape(
     norm_weight: torch.Tensor | None,
     eps: float,
     prologue: int,
+    epilogue: int,
 ) -> torch.Tensor:
-    return x.new_empty(1, weight.shape[0])
+    return x.new_empty(1, weight.shape[0] // (2 if epilogue == GELU_PAIR else 1))
 
 
 @torch.library.custom_op("llm_serving_bench::residual_gemv", mutates_args=())
@@ -254,6 +322,7 @@ def _residual_gemv_op(
     norm_weight: torch.Tensor | None,
     weight: torch.Tensor,
     eps: float,
+    gate_times: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     x_new = torch.empty_like(x)
     y = _launch(
@@ -264,8 +333,10 @@ def _residual_gemv_op(
         branch_norm=branch_norm,
         scalar=scalar,
         x_out=x_new,
+        multiplier=gate_times,
         eps=eps,
         prologue=RESIDUAL if norm_weight is None else RESIDUAL_NORM,
+        epilogue=NO_EPILOGUE if gate_times is None else GELU_TIMES,
     )
     return y, x_new
 
@@ -279,6 +350,7 @@ def _residual_gemv_shape(
     norm_weight: torch.Tensor | None,
     weight: torch.Tensor,
     eps: float,
+    gate_times: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return x.new_empty(1, weight.shape[0]), torch.empty_like(x)
 
@@ -290,17 +362,40 @@ def _use_kernel(fused: bool, x: torch.Tensor, weight: torch.Tensor) -> bool:
 def linear(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> torch.Tensor:
     """x (rows, K) @ weight (N, K)^T."""
     if _use_kernel(fused, x, weight):
-        return _gemv_op(x, weight, None, None, 0.0, PLAIN)
+        return _gemv_op(x, weight, None, None, 0.0, PLAIN, NO_EPILOGUE)
     return F.linear(x, weight)
 
 
 def norm_linear(
-    x: torch.Tensor, norm_weight: torch.Tensor, eps: float, weight: torch.Tensor, fused: bool
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    weight: torch.Tensor,
+    fused: bool,
+    post_scale: bool = False,
 ) -> torch.Tensor:
-    """RMSNorm(x) * norm_weight @ weight^T."""
+    """RMSNorm(x) * norm_weight @ weight^T (`post_scale`: see the module docstring)."""
     if _use_kernel(fused, x, weight):
-        return _gemv_op(x, weight, None, norm_weight, eps, RMS_NORM)
+        prologue = RMS_NORM_AFTER if post_scale else RMS_NORM
+        return _gemv_op(x, weight, None, norm_weight, eps, prologue, NO_EPILOGUE)
     return F.linear(torch.rms_norm(x, (x.shape[-1],), norm_weight, eps), weight)
+
+
+def gated_norm_linear(
+    x: torch.Tensor,
+    norm_weight: torch.Tensor,
+    eps: float,
+    gate_up: torch.Tensor,
+    fused: bool,
+    post_scale: bool = False,
+) -> torch.Tensor:
+    """gelu_tanh(gate) * up, where gate, up = RMSNorm(x) * norm_weight @ gate_up^T split
+    in two halves: a merged gate/up projection with its GELU gate."""
+    if _use_kernel(fused, x, gate_up):
+        prologue = RMS_NORM_AFTER if post_scale else RMS_NORM
+        return _gemv_op(x, gate_up, None, norm_weight, eps, prologue, GELU_PAIR)
+    gate, up = norm_linear(x, norm_weight, eps, gate_up, False).chunk(2, dim=-1)
+    return F.gelu(gate, approximate="tanh") * up
 
 
 def gelu_mul_linear(
@@ -308,7 +403,7 @@ def gelu_mul_linear(
 ) -> torch.Tensor:
     """(gelu_tanh(a) * b) @ weight^T."""
     if _use_kernel(fused, a, weight):
-        return _gemv_op(a, weight, b, None, 0.0, GELU_MUL)
+        return _gemv_op(a, weight, b, None, 0.0, GELU_MUL, NO_EPILOGUE)
     return F.linear(F.gelu(a, approximate="tanh") * b, weight)
 
 
@@ -321,16 +416,22 @@ def residual_linear(
     eps: float,
     weight: torch.Tensor,
     fused: bool,
+    gate_times: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The residual step and the next projection: x_new = (x + RMSNorm(branch) *
     branch_norm) [* scalar]; returns ([RMSNorm(x_new) * norm_weight | x_new] @ weight^T,
-    x_new)."""
+    x_new), the product passed through gelu_tanh(.) * gate_times where that is given."""
     if _use_kernel(fused, x, weight):
-        return _residual_gemv_op(x, branch, branch_norm, scalar, norm_weight, weight, eps)
+        return _residual_gemv_op(
+            x, branch, branch_norm, scalar, norm_weight, weight, eps, gate_times
+        )
     x_new = x + torch.rms_norm(branch, (branch.shape[-1],), branch_norm, eps)
     if scalar is not None:
         x_new = (x_new * scalar).to(x_new.dtype)
     inputs = x_new
     if norm_weight is not None:
         inputs = torch.rms_norm(x_new, (x_new.shape[-1],), norm_weight, eps)
-    return F.linear(inputs, weight), x_new
+    y = F.linear(inputs, weight)
+    if gate_times is not None:
+        y = F.gelu(y, approximate="tanh") * gate_times
+    return y, x_new

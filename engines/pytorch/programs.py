@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from engines.pytorch import kernels
+from engines.pytorch import attention_kernel, kernels
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,8 @@ def gemma4_layer(
     eps: float,
     activation: str,
     fused_gemv: bool = False,
-    attention_by_reduction: bool = False,
+    attention_form: str = "matmul",
+    gemv_epilogues: bool = False,
 ) -> torch.Tensor:
     """One Gemma 4 decoder layer for a batch of single tokens: x (rows, hidden) ->
     (rows, hidden). Pure function of its arguments (what torch.compile caches per kind).
@@ -114,6 +115,10 @@ def gemma4_layer(
     projection, and the feed-forward residual step of the per-layer gate. (Fusing the
     other residual steps too was measured slower on an H200: every program of a wide
     projection then rebuilds the residual row before it streams weights.)
+    `gemv_epilogues`: the norms scale the products after them and the GELU gates end the
+    projections that make them (gate/up, the per-layer gate) instead of starting the
+    ones that read them, so no projection does a pass over its input before its weights
+    stream (see `kernels`).
     """
     w_qkv, w_o, w_gate_up, w_down, w_ple_gate, w_ple_proj = weights
     n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
@@ -121,7 +126,7 @@ def gemma4_layer(
     kv_heads = k_pool.shape[1]
     kv_len = hidden.shape[-1]
 
-    qkv = kernels.norm_linear(x, n_in, eps, w_qkv, fused_gemv)
+    qkv = kernels.norm_linear(x, n_in, eps, w_qkv, fused_gemv, post_scale=gemv_epilogues)
     q = qkv[:, : heads * head_dim].view(rows, heads, head_dim)
     q = _rotate(torch.rms_norm(q, (head_dim,), n_q, eps), cos, sin)
     if writes_kv:
@@ -133,15 +138,27 @@ def gemma4_layer(
     keys = k_pool[:rows, :, :kv_len]  # (rows, KVH, kv_len, D): slot b is row b
     values = v_pool[:rows, :, :kv_len]
     q = q.view(rows, kv_heads, heads // kv_heads, head_dim)
-    attn = _attend(q, keys, values, hidden, scale, attention_by_reduction)
+    if attention_form == "kernel" and attention_kernel.use_kernel(q, k_pool):
+        attn = attention_kernel.decode_attention(q, k_pool, v_pool, hidden, scale)
+    else:
+        attn = _attend(q, keys, values, hidden, scale, attention_form == "reduction")
     o = kernels.linear(attn.reshape(rows, -1), w_o, fused_gemv)
     x = x + torch.rms_norm(o, (width,), n_post_attn, eps)
 
-    gate, up = kernels.norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv).chunk(2, dim=-1)
-    d = _gated_linear(gate, up, w_down, activation, fused_gemv)
-
-    ple_gate, x = kernels.residual_linear(x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv)
-    p = _gated_linear(ple_gate, ple, w_ple_proj, activation, fused_gemv)
+    if gemv_epilogues and activation == "gelu_pytorch_tanh":
+        act = kernels.gated_norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv, post_scale=True)
+        d = kernels.linear(act, w_down, fused_gemv)
+        ple_act, x = kernels.residual_linear(
+            x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv, gate_times=ple
+        )
+        p = kernels.linear(ple_act, w_ple_proj, fused_gemv)
+    else:
+        gate, up = kernels.norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv).chunk(2, dim=-1)
+        d = _gated_linear(gate, up, w_down, activation, fused_gemv)
+        ple_gate, x = kernels.residual_linear(
+            x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv
+        )
+        p = _gated_linear(ple_gate, ple, w_ple_proj, activation, fused_gemv)
     x = x + torch.rms_norm(p, (width,), n_post_ple, eps)
     return (x * layer_scalar).to(x.dtype)
 
@@ -220,8 +237,9 @@ def gemma4_head(
     softcap: float | None,
     eps: float,
     fused_gemv: bool = False,
+    post_scale: bool = False,
 ) -> torch.Tensor:
-    logits = kernels.norm_linear(x, norm, eps, lm_head, fused_gemv)
+    logits = kernels.norm_linear(x, norm, eps, lm_head, fused_gemv, post_scale=post_scale)
     if softcap is not None:
         logits = torch.tanh(logits / softcap) * softcap
     return logits
@@ -231,11 +249,14 @@ def gemma4_head(
 class ProgramOptions:
     """How a decode program runs: `compile_mode` (a torch.compile mode, or None for
     eager) for each kind of layer; `triton_gemv`: batch-1 projections through `kernels`;
-    `attention_by_reduction`: see `_attend` (only when compiled)."""
+    `attention_form`: "matmul" or "reduction" (see `_attend`; only when compiled), or
+    "kernel" (`attention_kernel` at batch 1, the products otherwise); `gemv_epilogues`:
+    see `gemma4_layer` (with `triton_gemv`)."""
 
     compile_mode: str | None = None
     triton_gemv: bool = False
-    attention_by_reduction: bool = False
+    attention_form: str = "matmul"
+    gemv_epilogues: bool = True
     compile_backend: str = "inductor"  # aot_eager: traced as in serving, no code generated
 
 
@@ -296,9 +317,14 @@ class Gemma4DecodeProgram:
         # Batch-1 projections through the Triton matrix-vector kernels (`kernels`);
         # larger batches keep cuBLAS (the kernels fall back by themselves).
         self.fused_gemv = options.triton_gemv
+        self.gemv_epilogues = options.triton_gemv and options.gemv_epilogues
         # The reduction form of attention only makes sense compiled (see `_attend`); on
         # an H200 it matched the products at batch 1 and was 4x slower at batch 64.
-        self.attention_by_reduction = options.attention_by_reduction and compile_layers
+        self.attention_form = options.attention_form
+        if options.attention_form == "reduction" and not compile_layers:
+            self.attention_form = "matmul"
+        if self.attention_form not in ("matmul", "reduction", "kernel"):
+            raise ValueError(f"unknown attention form {options.attention_form!r}")
         if compile_layers:
             # Layers of one kind share shapes and constants, so they share one compiled
             # graph; batch size and KV length become dynamic after their first change.
@@ -314,8 +340,10 @@ class Gemma4DecodeProgram:
             len(self.layers),
             sum(layer.writes_kv for layer in self.layers),
             ", layers compiled" if compile_layers else "",
-            ", Triton GEMV at batch 1" if self.fused_gemv else "",
-            ", attention by reduction" if self.attention_by_reduction else "",
+            (", Triton GEMV at batch 1" + (" with epilogues" if self.gemv_epilogues else ""))
+            if self.fused_gemv
+            else "",
+            f", attention: {self.attention_form}",
         )
 
     @staticmethod
@@ -432,10 +460,17 @@ class Gemma4DecodeProgram:
                 self.eps,
                 self.activation,
                 self.fused_gemv,
-                self.attention_by_reduction,
+                self.attention_form,
+                self.gemv_epilogues,
             )
         return self._head_fn(
-            x, self.final_norm, self.lm_head, self.softcap, self.eps, self.fused_gemv
+            x,
+            self.final_norm,
+            self.lm_head,
+            self.softcap,
+            self.eps,
+            self.fused_gemv,
+            self.gemv_epilogues,
         )
 
 

@@ -161,7 +161,8 @@ class ModelRunner:
         compile_mode: str | None = None,
         decode_program: bool = False,
         triton_gemv: bool = False,
-        attention_by_reduction: bool = False,
+        attention_form: str = "matmul",
+        gemv_epilogues: bool = True,
         compile_without_program: bool = True,
     ) -> None:
         self.loaded = loaded
@@ -206,7 +207,9 @@ class ModelRunner:
         self._step_fn = self._static_step
         self.program = None
         if decode_program and batched_decode:
-            options = ProgramOptions(compile_mode, triton_gemv, attention_by_reduction)
+            options = ProgramOptions(
+                compile_mode, triton_gemv, attention_form, gemv_epilogues=gemv_epilogues
+            )
             self.program = program_for(self.model, self.cache, loaded.max_model_len, options)
         if compile_mode is not None and self.program is None and compile_without_program:
             # No decode program: the whole transformers step, static shapes, one

@@ -112,21 +112,38 @@ class _InFlight:
     ready: torch.cuda.Event | None  # recorded after that copy; None: already there
     row_of: dict[int, int] = field(default_factory=dict)  # id(seq) -> row
 
-    @classmethod
-    def queue(cls, rows: list[_Sequence], tokens: torch.Tensor) -> _InFlight:
-        if tokens.device.type == "cuda":
-            host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
-            host.copy_(tokens, non_blocking=True)
-            ready = torch.cuda.Event()
-            ready.record()
-        else:
-            host, ready = tokens, None
-        return cls(rows, tokens, host, ready, {id(seq): i for i, seq in enumerate(rows)})
-
     def wait(self) -> list[int]:
         if self.ready is not None:
             self.ready.synchronize()  # releases the GIL while the device works
         return self.host.tolist()
+
+
+class _TokenReadback:
+    """Two pinned host buffers and events for the chosen tokens of in-flight steps, used
+    in turn: step n + 1 copies into one while the host reads step n's from the other,
+    and a buffer is reused two steps later, after its tokens were read. Allocated
+    once, so a step makes no pinned allocation and creates no event."""
+
+    def __init__(self, max_rows: int, device: torch.device) -> None:
+        self.on_cuda = device.type == "cuda"
+        self.buffers = (
+            [torch.empty(max_rows, dtype=torch.long, pin_memory=True) for _ in range(2)]
+            if self.on_cuda
+            else []
+        )
+        self.events = [torch.cuda.Event() for _ in range(2)] if self.on_cuda else []
+        self.turn = 0
+
+    def queue(self, rows: list[_Sequence], tokens: torch.Tensor) -> _InFlight:
+        row_of = {id(seq): i for i, seq in enumerate(rows)}
+        if not self.on_cuda:
+            return _InFlight(rows, tokens, tokens, None, row_of)
+        self.turn ^= 1
+        host = self.buffers[self.turn][: tokens.shape[0]]
+        host.copy_(tokens, non_blocking=True)
+        ready = self.events[self.turn]
+        ready.record()
+        return _InFlight(rows, tokens, host, ready, row_of)
 
 
 class Scheduler:
@@ -163,6 +180,7 @@ class Scheduler:
         # Asynchronous decode needs the batched step (its tokens go straight back in).
         self._async = async_decode and self._compact
         self._inflight: _InFlight | None = None
+        self._readback = _TokenReadback(max_running, runner.device) if self._async else None
         self.steps_run_ahead = 0  # steps queued before the previous one's tokens were read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
@@ -207,7 +225,9 @@ class Scheduler:
                 self._inflight = None
             finally:
                 self._flush()
-        log.info("scheduler stopped")
+        log.info(
+            "scheduler stopped (%d decode steps queued ahead of their inputs)", self.steps_run_ahead
+        )
 
     def _iteration(self) -> None:
         idle = not self._running and not self._waiting
@@ -466,7 +486,8 @@ class Scheduler:
             chosen = greedy_token_tensor(
                 logits, [s.sampler for s in rows], [len(s.output_ids) + behind for s in rows]
             )
-            self._inflight = _InFlight.queue(rows, chosen)
+            assert self._readback is not None
+            self._inflight = self._readback.queue(rows, chosen)
         except Exception:
             log.exception("asynchronous decode of %d rows failed", len(rows))
             self._inflight = None

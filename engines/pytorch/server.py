@@ -412,7 +412,7 @@ def create_state(config: EngineConfig) -> EngineState:
         compile_without_program=config.compile_mode != "auto",
         decode_program=config.decode_program_on(device_type),
         triton_gemv=config.triton_gemv_on(device_type),
-        attention_by_reduction=config.attention_form == "reduction",
+        attention_form=config.attention_form,
     )
     if runner.graphs is not None and config.graph_warmup_len > 0:
         # Before /health answers: the first requests should not wait for captures.

@@ -151,6 +151,18 @@ def profile_decode(
     }
 
 
+def greedy_tokens(runner: ModelRunner, prompt_len: int, count: int) -> list[int]:
+    """Greedy continuation of a fixed prompt in slot 0: variants of the same step (kernels,
+    launch modes) must agree on it."""
+    prompt = [(11 * i) % 200 + 1 for i in range(prompt_len)]
+    token = int(runner.prefill(0, prompt).argmax())
+    tokens = [token]
+    for k in range(count - 1):
+        token = int(runner.decode([0], [token], [prompt_len + k])[0].argmax())
+        tokens.append(token)
+    return tokens
+
+
 def generate_baseline(loaded: LoadedModel, prompt_len: int, new_tokens: int) -> dict[str, Any]:
     """transformers' own `generate()`, greedy, batch 1, its default cache and attention."""
     model = loaded.model
@@ -194,7 +206,20 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default="off",
         help="batch-1 projections of the decode program through the Triton kernel",
     )
-    p.add_argument("--attention-form", choices=("matmul", "reduction"), default="matmul")
+    p.add_argument("--attention-form", choices=("matmul", "reduction", "kernel"), default="kernel")
+    p.add_argument(
+        "--gemv-fusion",
+        choices=("prologue", "epilogue"),
+        default="epilogue",
+        help="norms and GELU gates before the products that read them, or norm scales and "
+        "gates after the products that make them (engines.pytorch.kernels)",
+    )
+    p.add_argument(
+        "--check-tokens",
+        type=int,
+        default=0,
+        help="greedy-decode this many tokens at batch 1 and record them (compare variants)",
+    )
     p.add_argument(
         "--compile-mode",
         default=None,
@@ -222,7 +247,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         compile_mode=args.compile_mode,
         decode_program=args.decode_program == "on",
         triton_gemv=args.triton_gemv == "on",
-        attention_by_reduction=args.attention_form == "reduction",
+        attention_form=args.attention_form,
+        gemv_epilogues=args.gemv_fusion == "epilogue",
     )
     result: dict[str, Any] = {
         "model": args.model,
@@ -239,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "decode_program": runner.program is not None,
         "triton_gemv": args.triton_gemv,
         "attention_form": args.attention_form,
+        "gemv_fusion": args.gemv_fusion,
         "weight_bytes_streamed": streamed_weight_bytes(loaded.model),
         "decode": [
             decode_times(runner, b, args.prompt_len, args.steps, args.warmup) for b in batches
@@ -251,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result["roofline_tok_s_batch1"] = bw / result["weight_bytes_streamed"]
     if args.profile:
         result["profiles"] = [profile_decode(runner, b, args.prompt_len) for b in batches]
+    if args.check_tokens:
+        result["greedy_tokens_batch1"] = greedy_tokens(runner, args.prompt_len, args.check_tokens)
     if args.generate_tokens:
         result["generate_batch1"] = generate_baseline(loaded, args.prompt_len, args.generate_tokens)
     text = json.dumps(result, indent=2)

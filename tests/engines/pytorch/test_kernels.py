@@ -41,6 +41,42 @@ def test_fused_projections_match_their_torch_forms(tensors: dict[str, torch.Tens
     )
 
 
+def _gated_float32(x: torch.Tensor, nw: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    gate, up = (torch.rms_norm(x.float(), (x.shape[-1],), nw.float(), 1e-6) @ w.float().T).chunk(
+        2, dim=-1
+    )
+    return torch.nn.functional.gelu(gate, approximate="tanh") * up
+
+
+def _error(got: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((got.float() - ref).abs().max() / ref.abs().max())
+
+
+@pytest.mark.parametrize("post_scale", [True, False])
+def test_norm_scaled_after_the_product_and_gelu_epilogues_match_torch(
+    tensors: dict[str, torch.Tensor], post_scale: bool
+) -> None:
+    x, b, nw, w = tensors["x"], tensors["b"], tensors["nw"], tensors["w"]
+    assert _close(
+        kernels.norm_linear(x, nw, 1e-6, w, True, post_scale=post_scale),
+        kernels.norm_linear(x, nw, 1e-6, w, False),
+        1e-2,
+    )
+    # A GELU gate times up multiplies two rounded products, so bf16 forms that round
+    # at different places differ by a couple of output ulps: both are held to the
+    # float32 result instead, the fused one no further from it than the torch one.
+    got = kernels.gated_norm_linear(x, nw, 1e-6, w, True, post_scale=post_scale)
+    assert got.shape == (1, w.shape[0] // 2)
+    exact = _gated_float32(x, nw, w)
+    unfused = _error(kernels.gated_norm_linear(x, nw, 1e-6, w, False), exact)
+    assert _error(got, exact) <= max(2 * unfused, 1e-2)
+    m = tensors["b"][:, :1].repeat(1, w.shape[0]) * 0.5
+    got, got_x = kernels.residual_linear(x, b, nw, None, None, 1e-6, w, True, gate_times=m)
+    ref, ref_x = kernels.residual_linear(x, b, nw, None, None, 1e-6, w, False, gate_times=m)
+    assert torch.equal(got_x, ref_x)
+    assert _close(got, ref, 2e-2)
+
+
 @pytest.mark.parametrize("with_norm", [True, False])
 def test_residual_projection_writes_the_same_residual_row(
     tensors: dict[str, torch.Tensor], with_norm: bool

@@ -121,7 +121,7 @@ def test_attention_by_reduction_matches_the_matrix_products(loaded: LoadedModel)
     with torch.inference_mode():
         bucket, kv_len = _load_step(runner, [70, 55], [31, 6])
         by_products = runner._static_step(bucket, kv_len).clone()
-        runner.program.attention_by_reduction = True
+        runner.program.attention_form = "reduction"
         by_reduction = runner._static_step(bucket, kv_len)
     assert torch.allclose(by_reduction, by_products, atol=1e-4, rtol=1e-4)
 
@@ -137,6 +137,15 @@ def test_batch1_kernel_wrappers_fall_back_to_torch_off_cuda() -> None:
     )
     gated = torch.nn.functional.gelu(x, approximate="tanh") * b
     assert torch.allclose(kernels.gelu_mul_linear(x, b, w, True), gated @ w.T)
+    gate, up = (torch.rms_norm(x, (64,), nw, 1e-6) @ w.T).chunk(2, dim=-1)
+    assert torch.equal(
+        kernels.gated_norm_linear(x, nw, 1e-6, w, True, post_scale=True),
+        torch.nn.functional.gelu(gate, approximate="tanh") * up,
+    )
+    m = torch.randn(1, 32, generator=gen)
+    y, x_new = kernels.residual_linear(x, b, nw, None, None, 1e-6, w, True, gate_times=m)
+    assert torch.equal(x_new, x + torch.rms_norm(b, (64,), nw, 1e-6))
+    assert torch.equal(y, torch.nn.functional.gelu(x_new @ w.T, approximate="tanh") * m)
 
 
 def test_each_kind_of_layer_traces_as_one_graph(loaded: LoadedModel) -> None:
@@ -217,3 +226,13 @@ def test_multimodal_gemma4_class_gets_the_program_on_its_text_decoder() -> None:
         runner.program = program
         got = runner._static_step(bucket, kv_len)
     assert torch.allclose(got, expected, atol=1e-4, rtol=1e-4)
+
+
+def test_attention_kernel_form_keeps_the_products_off_cuda(loaded: LoadedModel) -> None:
+    runner = _runner(loaded, 2)
+    runner.prefill(0, [257, *range(40, 70)])
+    with torch.inference_mode():
+        bucket, kv_len = _load_step(runner, [70], [31])
+        by_products = runner._static_step(bucket, kv_len).clone()
+        runner.program.attention_form = "kernel"
+        assert torch.equal(runner._static_step(bucket, kv_len), by_products)

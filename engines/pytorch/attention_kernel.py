@@ -1,0 +1,206 @@
+"""Batch-1 decode attention as one split-KV Triton kernel and a combine, a torch custom op
+with the matrix-product form it replaces (which every other batch size and the CPU run).
+
+Why: at batch 1 the decode program's attention (`programs._attend`) is two cuBLAS batched
+products around a softmax, three launches per layer for a few hundred keys: about 6 us
+and two launch gaps a layer, 0.2 ms of a 2.4 ms Gemma 4 E2B step on an H200. Here the
+keys are split into blocks of `BLOCK_L`; each program takes every query head of one KV
+head (grouped-query attention: the heads share the keys it loads) over one block and
+writes its unnormalised output, running maximum and sum; one small kernel combines the
+blocks. The pools are passed whole (slot 0 is row 0 at batch 1), so no view of them is
+copied before the kernel.
+
+Numerics: scores are rounded to the activation dtype as the products' output is, and the
+probabilities are rounded before they weigh the values, as the products' form rounds
+them; they are normalised after the values' product (flash-decoding), so results differ
+from it by rounding, not by method.
+
+Triton is imported only when a CUDA batch-1 call needs the kernel.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+
+@functools.cache
+def _kernels() -> tuple[Any, Any, Any]:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def partial(
+        q_ptr,
+        k_ptr,
+        v_ptr,
+        hidden_ptr,
+        acc_ptr,
+        max_ptr,
+        sum_ptr,
+        kv_len,
+        stride_kh,
+        stride_kl,
+        stride_vh,
+        stride_vl,
+        scale,
+        GROUP: tl.constexpr,
+        BLOCK_G: tl.constexpr,
+        D: tl.constexpr,
+        DV: tl.constexpr,
+        BLOCK_L: tl.constexpr,
+        SCALED: tl.constexpr,
+    ):
+        h = tl.program_id(0)
+        block = tl.program_id(1)
+        blocks = tl.num_programs(1)
+        heads = tl.arange(0, BLOCK_G)
+        head_ok = heads < GROUP
+        keys = block * BLOCK_L + tl.arange(0, BLOCK_L)
+        key_ok = keys < kv_len
+        dims = tl.arange(0, D)
+        dims_v = tl.arange(0, DV)
+        q = tl.load(
+            q_ptr + (h * GROUP + heads)[:, None] * D + dims[None, :],
+            mask=head_ok[:, None],
+            other=0.0,
+        )
+        k = tl.load(
+            k_ptr + h * stride_kh + keys[:, None] * stride_kl + dims[None, :],
+            mask=key_ok[:, None],
+            other=0.0,
+        )
+        scores = tl.dot(q, tl.trans(k)).to(q.dtype).to(tl.float32)
+        if SCALED:
+            scores = (scores * scale).to(q.dtype).to(tl.float32)
+        hidden = tl.load(hidden_ptr + keys, mask=key_ok, other=1) != 0
+        scores = tl.where(hidden[None, :], float("-inf"), scores)
+        top = tl.max(scores, axis=1)
+        safe_top = tl.where(top == float("-inf"), 0.0, top)
+        p = tl.exp(scores - safe_top[:, None])
+        total = tl.sum(p, axis=1)
+        v = tl.load(
+            v_ptr + h * stride_vh + keys[:, None] * stride_vl + dims_v[None, :],
+            mask=key_ok[:, None],
+            other=0.0,
+        )
+        acc = tl.dot(p.to(v.dtype), v)
+        row = (h * blocks + block) * BLOCK_G + heads
+        tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc)
+        tl.store(max_ptr + row, top)
+        tl.store(sum_ptr + row, total)
+
+    @triton.jit
+    def combine(
+        acc_ptr,
+        max_ptr,
+        sum_ptr,
+        out_ptr,
+        blocks,
+        GROUP: tl.constexpr,
+        BLOCK_G: tl.constexpr,
+        DV: tl.constexpr,
+        BLOCK_S: tl.constexpr,
+    ):
+        pid = tl.program_id(0)  # one (KV head, query head of its group)
+        h = pid // GROUP
+        g = pid % GROUP
+        dims = tl.arange(0, DV)
+        top = tl.full((), float("-inf"), tl.float32)
+        for s0 in range(0, blocks, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            m = tl.load(max_ptr + (h * blocks + s) * BLOCK_G + g, mask=s < blocks, other=-1e30)
+            top = tl.maximum(top, tl.max(m, axis=0))
+        total = tl.full((), 0.0, tl.float32)
+        out = tl.zeros((DV,), dtype=tl.float32)
+        for s0 in range(0, blocks, BLOCK_S):
+            s = s0 + tl.arange(0, BLOCK_S)
+            s_ok = s < blocks
+            row = (h * blocks + s) * BLOCK_G + g
+            m = tl.load(max_ptr + row, mask=s_ok, other=float("-inf"))
+            weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - top))
+            total += tl.sum(weight * tl.load(sum_ptr + row, mask=s_ok, other=0.0), axis=0)
+            acc = tl.load(
+                acc_ptr + row[:, None] * DV + dims[None, :], mask=s_ok[:, None], other=0.0
+            )
+            out += tl.sum(weight[:, None] * acc, axis=0)
+        out = out / total
+        tl.store(out_ptr + pid * DV + dims, out.to(out_ptr.dtype.element_ty))
+
+    return triton, partial, combine
+
+
+@torch.library.custom_op("llm_serving_bench::decode_attention", mutates_args=())
+def _decode_attention_op(
+    q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, hidden: torch.Tensor, scale: float
+) -> torch.Tensor:
+    triton, partial, combine = _kernels()
+    _rows, kv_heads, group, head_dim = q.shape
+    dv = v_pool.shape[-1]
+    kv_len = hidden.shape[-1]
+    block_l = 32 if kv_len <= 2048 else 64
+    blocks = triton.cdiv(kv_len, block_l)
+    block_g = max(16, triton.next_power_of_2(group))  # tl.dot wants 16 rows at least
+    acc = torch.empty(kv_heads * blocks * block_g, dv, dtype=torch.float32, device=q.device)
+    top = torch.empty(kv_heads * blocks * block_g, dtype=torch.float32, device=q.device)
+    total = torch.empty_like(top)
+    out = torch.empty(1, kv_heads, group, dv, dtype=q.dtype, device=q.device)
+    k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
+    partial[(kv_heads, blocks)](
+        q.contiguous(),
+        k0,
+        v0,
+        hidden.reshape(-1).view(torch.uint8),
+        acc,
+        top,
+        total,
+        kv_len,
+        k0.stride(0),
+        k0.stride(1),
+        v0.stride(0),
+        v0.stride(1),
+        scale,
+        GROUP=group,
+        BLOCK_G=block_g,
+        D=head_dim,
+        DV=dv,
+        BLOCK_L=block_l,
+        SCALED=scale != 1.0,
+        num_warps=8 if max(head_dim, dv) >= 512 else 4,
+    )
+    combine[(kv_heads * group,)](
+        acc, top, total, out, blocks, GROUP=group, BLOCK_G=block_g, DV=dv, BLOCK_S=8, num_warps=4
+    )
+    return out
+
+
+@_decode_attention_op.register_fake
+def _decode_attention_shape(
+    q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, hidden: torch.Tensor, scale: float
+) -> torch.Tensor:
+    return q.new_empty(q.shape[0], q.shape[1], q.shape[2], v_pool.shape[-1])
+
+
+def use_kernel(q: torch.Tensor, k_pool: torch.Tensor) -> bool:
+    """Batch 1 on CUDA in 16-bit floats, over pools whose last dimension is contiguous."""
+    return (
+        q.shape[0] == 1
+        and q.device.type == "cuda"
+        and q.dtype in (torch.bfloat16, torch.float16)
+        and k_pool.stride(-1) == 1
+    )
+
+
+def decode_attention(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    hidden: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """q (1, KVH, G, D) over the first `hidden.shape[-1]` positions of slot 0 of the
+    pools (slots, KVH, capacity, D), `hidden` (1, 1, 1, L) True where a key is not
+    visible: (1, KVH, G, Dv)."""
+    return _decode_attention_op(q, k_pool, v_pool, hidden, scale)
