@@ -27,122 +27,23 @@ import torch
 
 
 @functools.cache
-def _kernels() -> tuple[Any, Any, Any]:
-    import triton
-    import triton.language as tl
+def _kernels() -> tuple[Any, Any]:
+    from engines.pytorch import triton_kernels
 
-    @triton.jit
-    def partial(
-        q_ptr,
-        k_ptr,
-        v_ptr,
-        hidden_ptr,
-        acc_ptr,
-        max_ptr,
-        sum_ptr,
-        kv_len,
-        stride_kh,
-        stride_kl,
-        stride_vh,
-        stride_vl,
-        scale,
-        GROUP: tl.constexpr,
-        BLOCK_G: tl.constexpr,
-        D: tl.constexpr,
-        DV: tl.constexpr,
-        BLOCK_L: tl.constexpr,
-        SCALED: tl.constexpr,
-    ):
-        h = tl.program_id(0)
-        block = tl.program_id(1)
-        blocks = tl.num_programs(1)
-        heads = tl.arange(0, BLOCK_G)
-        head_ok = heads < GROUP
-        keys = block * BLOCK_L + tl.arange(0, BLOCK_L)
-        key_ok = keys < kv_len
-        dims = tl.arange(0, D)
-        dims_v = tl.arange(0, DV)
-        q = tl.load(
-            q_ptr + (h * GROUP + heads)[:, None] * D + dims[None, :],
-            mask=head_ok[:, None],
-            other=0.0,
-        )
-        k = tl.load(
-            k_ptr + h * stride_kh + keys[:, None] * stride_kl + dims[None, :],
-            mask=key_ok[:, None],
-            other=0.0,
-        )
-        scores = tl.dot(q, tl.trans(k)).to(q.dtype).to(tl.float32)
-        if SCALED:
-            scores = (scores * scale).to(q.dtype).to(tl.float32)
-        hidden = tl.load(hidden_ptr + keys, mask=key_ok, other=1) != 0
-        scores = tl.where(hidden[None, :], float("-inf"), scores)
-        top = tl.max(scores, axis=1)
-        safe_top = tl.where(top == float("-inf"), 0.0, top)
-        p = tl.exp(scores - safe_top[:, None])
-        total = tl.sum(p, axis=1)
-        v = tl.load(
-            v_ptr + h * stride_vh + keys[:, None] * stride_vl + dims_v[None, :],
-            mask=key_ok[:, None],
-            other=0.0,
-        )
-        acc = tl.dot(p.to(v.dtype), v)
-        row = (h * blocks + block) * BLOCK_G + heads
-        tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc)
-        tl.store(max_ptr + row, top)
-        tl.store(sum_ptr + row, total)
-
-    @triton.jit
-    def combine(
-        acc_ptr,
-        max_ptr,
-        sum_ptr,
-        out_ptr,
-        blocks,
-        GROUP: tl.constexpr,
-        BLOCK_G: tl.constexpr,
-        DV: tl.constexpr,
-        BLOCK_S: tl.constexpr,
-    ):
-        pid = tl.program_id(0)  # one (KV head, query head of its group)
-        h = pid // GROUP
-        g = pid % GROUP
-        dims = tl.arange(0, DV)
-        top = tl.full((), float("-inf"), tl.float32)
-        for s0 in range(0, blocks, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            m = tl.load(max_ptr + (h * blocks + s) * BLOCK_G + g, mask=s < blocks, other=-1e30)
-            top = tl.maximum(top, tl.max(m, axis=0))
-        total = tl.full((), 0.0, tl.float32)
-        out = tl.zeros((DV,), dtype=tl.float32)
-        for s0 in range(0, blocks, BLOCK_S):
-            s = s0 + tl.arange(0, BLOCK_S)
-            s_ok = s < blocks
-            row = (h * blocks + s) * BLOCK_G + g
-            m = tl.load(max_ptr + row, mask=s_ok, other=float("-inf"))
-            weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - top))
-            total += tl.sum(weight * tl.load(sum_ptr + row, mask=s_ok, other=0.0), axis=0)
-            acc = tl.load(
-                acc_ptr + row[:, None] * DV + dims[None, :], mask=s_ok[:, None], other=0.0
-            )
-            out += tl.sum(weight[:, None] * acc, axis=0)
-        out = out / total
-        tl.store(out_ptr + pid * DV + dims, out.to(out_ptr.dtype.element_ty))
-
-    return triton, partial, combine
+    return triton_kernels.attention_partial, triton_kernels.attention_combine
 
 
 @torch.library.custom_op("llm_serving_bench::decode_attention", mutates_args=())
 def _decode_attention_op(
     q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, hidden: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    triton, partial, combine = _kernels()
+    partial, combine = _kernels()
     _rows, kv_heads, group, head_dim = q.shape
     dv = v_pool.shape[-1]
     kv_len = hidden.shape[-1]
     block_l = 32 if kv_len <= 2048 else 64
-    blocks = triton.cdiv(kv_len, block_l)
-    block_g = max(16, triton.next_power_of_2(group))  # tl.dot wants 16 rows at least
+    blocks = -(-kv_len // block_l)
+    block_g = max(16, 1 << (group - 1).bit_length())  # tl.dot wants 16 rows at least
     acc = torch.empty(kv_heads * blocks * block_g, dv, dtype=torch.float32, device=q.device)
     top = torch.empty(kv_heads * blocks * block_g, dtype=torch.float32, device=q.device)
     total = torch.empty_like(top)

@@ -58,185 +58,9 @@ NO_EPILOGUE, GELU_PAIR, GELU_TIMES = 0, 1, 2
 
 @functools.cache
 def _kernel() -> Any:
-    import triton
-    import triton.language as tl
+    from engines.pytorch import triton_kernels
 
-    configs = [
-        triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-        for bn, bk, w, s in (
-            (1, 1024, 4, 3),
-            (2, 512, 4, 3),
-            (2, 1024, 4, 3),
-            (4, 512, 4, 3),
-            (8, 256, 4, 3),
-            (8, 512, 4, 3),
-            (16, 256, 4, 3),
-            (16, 128, 4, 4),
-            (32, 128, 4, 4),
-            (32, 256, 8, 3),
-            (64, 128, 8, 3),
-            # A whole short row per chunk: every load of a program in flight at once,
-            # for the small projections whose time is mostly one memory round trip.
-            (2, 2048, 4, 2),
-            (4, 2048, 8, 2),
-            (2, 4096, 8, 2),
-        )
-    ]
-
-    @triton.jit
-    def _round(v, like_ptr):
-        return v.to(like_ptr.dtype.element_ty).to(tl.float32)
-
-    @triton.jit
-    def _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE: tl.constexpr):
-        # x + RMSNorm(b) * rw [* scalar], rounded where the unfused ops round.
-        x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        rw = tl.load(rw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        xn = _round(x + _round(b * branch_rstd * rw, x_ptr), x_ptr)
-        if SCALE:
-            xn = _round(xn * scalar, x_ptr)
-        return xn
-
-    @triton.jit
-    def _gelu_tanh(x):
-        inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-        return 0.5 * x * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
-
-    @triton.jit
-    def _input(
-        x_ptr,
-        b_ptr,
-        nw_ptr,
-        rw_ptr,
-        scalar,
-        cols,
-        col_ok,
-        rstd,
-        branch_rstd,
-        PROLOGUE: tl.constexpr,
-        SCALE: tl.constexpr,
-    ):
-        if PROLOGUE == 3 or PROLOGUE == 4:
-            x = _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE)
-        else:
-            x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        if PROLOGUE == 1 or PROLOGUE == 4:
-            nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-            x = _round(x * rstd * nw, x_ptr)
-        elif PROLOGUE == 5:  # times the norm weight now, the reciprocal RMS at the end
-            nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-            x = x * nw
-        elif PROLOGUE == 2:
-            b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-            x = _round(_round(_gelu_tanh(x), x_ptr) * b, x_ptr)
-        return x
-
-    @triton.jit
-    def _mean_square_rstd(x_ptr, K, eps, BLOCK_K: tl.constexpr):
-        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            cols = k0 + tl.arange(0, BLOCK_K)
-            x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
-            squares += x * x
-        return 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
-
-    @triton.autotune(configs=configs, key=["N", "K", "PROLOGUE", "SCALE", "EPILOGUE"])
-    @triton.jit
-    def gemv(
-        x_ptr,
-        b_ptr,
-        nw_ptr,
-        rw_ptr,
-        s_ptr,
-        xo_ptr,
-        m_ptr,
-        w_ptr,
-        y_ptr,
-        N,
-        K,
-        eps,
-        PROLOGUE: tl.constexpr,
-        SCALE: tl.constexpr,
-        EPILOGUE: tl.constexpr,
-        BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr,
-    ):
-        # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
-        pid = tl.program_id(0)
-        rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-        row_ok = rows < N
-        rstd = 1.0
-        branch_rstd = 1.0
-        scalar = 1.0
-        if SCALE:
-            scalar = tl.load(s_ptr).to(tl.float32)
-        if PROLOGUE == 1:
-            rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
-        if PROLOGUE == 3 or PROLOGUE == 4:
-            # Every program rebuilds the new residual row from L2 (a few KB); the first
-            # also writes it out for the rest of the layer.
-            branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
-            squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                cols = k0 + tl.arange(0, BLOCK_K)
-                col_ok = cols < K
-                xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE)
-                squares += xn * xn
-                if pid == 0:
-                    tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=col_ok)
-            rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
-        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        acc_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            cols = k0 + tl.arange(0, BLOCK_K)
-            col_ok = cols < K
-            x = _input(
-                x_ptr,
-                b_ptr,
-                nw_ptr,
-                rw_ptr,
-                scalar,
-                cols,
-                col_ok,
-                rstd,
-                branch_rstd,
-                PROLOGUE,
-                SCALE,
-            )
-            if PROLOGUE == 5:
-                raw = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-                squares += raw * raw
-            w = tl.load(
-                w_ptr + rows[:, None] * K + cols[None, :],
-                mask=row_ok[:, None] & col_ok[None, :],
-                other=0.0,
-                eviction_policy="evict_first",
-            )
-            acc += w.to(tl.float32) * x[None, :]
-            if EPILOGUE == 1:
-                w_up = tl.load(
-                    w_ptr + (rows + N)[:, None] * K + cols[None, :],
-                    mask=row_ok[:, None] & col_ok[None, :],
-                    other=0.0,
-                    eviction_policy="evict_first",
-                )
-                acc_up += w_up.to(tl.float32) * x[None, :]
-        y = tl.sum(acc, axis=1)
-        up = tl.sum(acc_up, axis=1)
-        if PROLOGUE == 5:
-            rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
-            y = y * rstd
-            up = up * rstd
-        if EPILOGUE == 1:
-            y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
-        elif EPILOGUE == 2:
-            m = tl.load(m_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-            y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
-        tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
-
-    return triton, gemv
+    return triton_kernels.gemv
 
 
 def _launch(
@@ -253,13 +77,13 @@ def _launch(
     prologue: int,
     epilogue: int = NO_EPILOGUE,
 ) -> torch.Tensor:
-    triton, kernel = _kernel()
+    kernel = _kernel()
     n, k = weight.shape
     if epilogue == GELU_PAIR:
         n //= 2
     y = torch.empty(1, n, dtype=x.dtype, device=x.device)
     x = x.contiguous()
-    kernel[lambda meta: (triton.cdiv(n, meta["BLOCK_N"]),)](
+    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](
         x,
         x if other is None else other.contiguous(),
         x if norm_weight is None else norm_weight,

@@ -1,0 +1,298 @@
+"""The Triton source of the engine's batch-1 CUDA kernels, as module-level `triton.jit`
+functions: the matrix-vector product with its prologues and epilogues (`gemv`, driven by
+`kernels`) and the split-KV decode attention (`attention_partial`, `attention_combine`,
+driven by `attention_kernel`). What each computes, and why, is in those modules' docstrings.
+
+Only those modules import this one, and only when a CUDA batch-1 call needs a kernel, so
+a CPU run never imports Triton. Under `TRITON_INTERPRET=1` the same functions run on the
+CPU through Triton's interpreter, which is how the tests check their arithmetic without a
+GPU (`tests/engines/pytorch/test_triton_interpreter.py`).
+
+Codes shared with `kernels` (Triton reads plain integers here): prologue 0 plain, 1 RMSNorm
+before the product, 2 GELU gate, 3 residual step, 4 residual step then RMSNorm, 5 RMSNorm
+scaled after the product; epilogue 0 none, 1 GELU gate of a gate/up pair, 2 GELU gate
+times a vector.
+"""
+
+# No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
+import triton
+import triton.language as tl
+
+GEMV_CONFIGS = [
+    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+    for bn, bk, w, s in (
+        (1, 1024, 4, 3),
+        (2, 512, 4, 3),
+        (2, 1024, 4, 3),
+        (4, 512, 4, 3),
+        (8, 256, 4, 3),
+        (8, 512, 4, 3),
+        (16, 256, 4, 3),
+        (16, 128, 4, 4),
+        (32, 128, 4, 4),
+        (32, 256, 8, 3),
+        (64, 128, 8, 3),
+        # A whole short row per chunk: every load of a program in flight at once,
+        # for the small projections whose time is mostly one memory round trip.
+        (2, 2048, 4, 2),
+        (4, 2048, 8, 2),
+        (2, 4096, 8, 2),
+    )
+]
+
+
+@triton.jit
+def _round(v, like_ptr):
+    return v.to(like_ptr.dtype.element_ty).to(tl.float32)
+
+
+@triton.jit
+def _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE: tl.constexpr):
+    # x + RMSNorm(b) * rw [* scalar], rounded where the unfused ops round.
+    x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    rw = tl.load(rw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    xn = _round(x + _round(b * branch_rstd * rw, x_ptr), x_ptr)
+    if SCALE:
+        xn = _round(xn * scalar, x_ptr)
+    return xn
+
+
+@triton.jit
+def _gelu_tanh(x):
+    inner = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    return 0.5 * x * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
+
+
+@triton.jit
+def _input(
+    x_ptr,
+    b_ptr,
+    nw_ptr,
+    rw_ptr,
+    scalar,
+    cols,
+    col_ok,
+    rstd,
+    branch_rstd,
+    PROLOGUE: tl.constexpr,
+    SCALE: tl.constexpr,
+):
+    if PROLOGUE == 3 or PROLOGUE == 4:
+        x = _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE)
+    else:
+        x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+    if PROLOGUE == 1 or PROLOGUE == 4:
+        nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        x = _round(x * rstd * nw, x_ptr)
+    elif PROLOGUE == 5:  # times the norm weight now, the reciprocal RMS at the end
+        nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        x = x * nw
+    elif PROLOGUE == 2:
+        b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        x = _round(_round(_gelu_tanh(x), x_ptr) * b, x_ptr)
+    return x
+
+
+@triton.jit
+def _mean_square_rstd(x_ptr, K, eps, BLOCK_K: tl.constexpr):
+    squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+        squares += x * x
+    return 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+
+
+@triton.autotune(configs=GEMV_CONFIGS, key=["N", "K", "PROLOGUE", "SCALE", "EPILOGUE"])
+@triton.jit
+def gemv(
+    x_ptr,
+    b_ptr,
+    nw_ptr,
+    rw_ptr,
+    s_ptr,
+    xo_ptr,
+    m_ptr,
+    w_ptr,
+    y_ptr,
+    N,
+    K,
+    eps,
+    PROLOGUE: tl.constexpr,
+    SCALE: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    rstd = 1.0
+    branch_rstd = 1.0
+    scalar = 1.0
+    if SCALE:
+        scalar = tl.load(s_ptr).to(tl.float32)
+    if PROLOGUE == 1:
+        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
+    if PROLOGUE == 3 or PROLOGUE == 4:
+        # Every program rebuilds the new residual row from L2 (a few KB); the first
+        # also writes it out for the rest of the layer.
+        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
+        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            cols = k0 + tl.arange(0, BLOCK_K)
+            col_ok = cols < K
+            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE)
+            squares += xn * xn
+            if pid == 0:
+                tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=col_ok)
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        cols = k0 + tl.arange(0, BLOCK_K)
+        col_ok = cols < K
+        x = _input(
+            x_ptr,
+            b_ptr,
+            nw_ptr,
+            rw_ptr,
+            scalar,
+            cols,
+            col_ok,
+            rstd,
+            branch_rstd,
+            PROLOGUE,
+            SCALE,
+        )
+        if PROLOGUE == 5:
+            raw = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+            squares += raw * raw
+        w = tl.load(
+            w_ptr + rows[:, None] * K + cols[None, :],
+            mask=row_ok[:, None] & col_ok[None, :],
+            other=0.0,
+            eviction_policy="evict_first",
+        )
+        acc += w.to(tl.float32) * x[None, :]
+        if EPILOGUE == 1:
+            w_up = tl.load(
+                w_ptr + (rows + N)[:, None] * K + cols[None, :],
+                mask=row_ok[:, None] & col_ok[None, :],
+                other=0.0,
+                eviction_policy="evict_first",
+            )
+            acc_up += w_up.to(tl.float32) * x[None, :]
+    y = tl.sum(acc, axis=1)
+    up = tl.sum(acc_up, axis=1)
+    if PROLOGUE == 5:
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+        y = y * rstd
+        up = up * rstd
+    if EPILOGUE == 1:
+        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
+    elif EPILOGUE == 2:
+        m = tl.load(m_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.jit
+def attention_partial(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    hidden_ptr,
+    acc_ptr,
+    max_ptr,
+    sum_ptr,
+    kv_len,
+    stride_kh,
+    stride_kl,
+    stride_vh,
+    stride_vl,
+    scale,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    SCALED: tl.constexpr,
+):
+    h = tl.program_id(0)
+    block = tl.program_id(1)
+    blocks = tl.num_programs(1)
+    heads = tl.arange(0, BLOCK_G)
+    head_ok = heads < GROUP
+    keys = block * BLOCK_L + tl.arange(0, BLOCK_L)
+    key_ok = keys < kv_len
+    dims = tl.arange(0, D)
+    dims_v = tl.arange(0, DV)
+    q = tl.load(
+        q_ptr + (h * GROUP + heads)[:, None] * D + dims[None, :],
+        mask=head_ok[:, None],
+        other=0.0,
+    )
+    k = tl.load(
+        k_ptr + h * stride_kh + keys[:, None] * stride_kl + dims[None, :],
+        mask=key_ok[:, None],
+        other=0.0,
+    )
+    scores = tl.dot(q, tl.trans(k)).to(q.dtype).to(tl.float32)
+    if SCALED:
+        scores = (scores * scale).to(q.dtype).to(tl.float32)
+    hidden = tl.load(hidden_ptr + keys, mask=key_ok, other=1) != 0
+    scores = tl.where(hidden[None, :], float("-inf"), scores)
+    top = tl.max(scores, axis=1)
+    safe_top = tl.where(top == float("-inf"), 0.0, top)
+    p = tl.exp(scores - safe_top[:, None])
+    total = tl.sum(p, axis=1)
+    v = tl.load(
+        v_ptr + h * stride_vh + keys[:, None] * stride_vl + dims_v[None, :],
+        mask=key_ok[:, None],
+        other=0.0,
+    )
+    acc = tl.dot(p.to(v.dtype), v)
+    row = (h * blocks + block) * BLOCK_G + heads
+    tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc)
+    tl.store(max_ptr + row, top)
+    tl.store(sum_ptr + row, total)
+
+
+@triton.jit
+def attention_combine(
+    acc_ptr,
+    max_ptr,
+    sum_ptr,
+    out_ptr,
+    blocks,
+    GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    pid = tl.program_id(0)  # one (KV head, query head of its group)
+    h = pid // GROUP
+    g = pid % GROUP
+    dims = tl.arange(0, DV)
+    top = tl.full((), float("-inf"), tl.float32)
+    for s0 in range(0, blocks, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        m = tl.load(max_ptr + (h * blocks + s) * BLOCK_G + g, mask=s < blocks, other=-1e30)
+        top = tl.maximum(top, tl.max(m, axis=0))
+    total = tl.full((), 0.0, tl.float32)
+    out = tl.zeros((DV,), dtype=tl.float32)
+    for s0 in range(0, blocks, BLOCK_S):
+        s = s0 + tl.arange(0, BLOCK_S)
+        s_ok = s < blocks
+        row = (h * blocks + s) * BLOCK_G + g
+        m = tl.load(max_ptr + row, mask=s_ok, other=float("-inf"))
+        weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - top))
+        total += tl.sum(weight * tl.load(sum_ptr + row, mask=s_ok, other=0.0), axis=0)
+        acc = tl.load(acc_ptr + row[:, None] * DV + dims[None, :], mask=s_ok[:, None], other=0.0)
+        out += tl.sum(weight[:, None] * acc, axis=0)
+    out = out / total
+    tl.store(out_ptr + pid * DV + dims, out.to(out_ptr.dtype.element_ty))
