@@ -188,12 +188,13 @@ _SAMPLE = re.compile(r"^(pytorch_engine_\w+?)(?:\{([^}]*)\})? (\S+)$")
 
 
 def scrape(base_url: str) -> dict[str, float]:
-    """Histogram sums and counts from the server's /metrics, keyed `name:phase`."""
+    """Histogram sums and counts, and counters, from the server's /metrics, keyed
+    `name:phase`."""
     text = httpx.get(f"{base_url}/metrics", timeout=10.0, trust_env=False).text
     values: dict[str, float] = {}
     for line in text.splitlines():
         m = _SAMPLE.match(line)
-        if not m or not m.group(1).endswith(("_sum", "_count")):
+        if not m or not m.group(1).endswith(("_sum", "_count", "_total")):
             continue
         phase = re.search(r'phase="(\w+)"', m.group(2) or "")
         key = f"{m.group(1)}:{phase.group(1)}" if phase else m.group(1)
@@ -264,6 +265,9 @@ def server_sweep(
                 "server_decode_rows_mean": rows / steps if steps else None,
                 "server_prefill_s": _delta(now, before, "pytorch_engine_step_seconds_sum:prefill"),
                 "server_prefill_chunks": prefill_steps,
+                "server_decode_steps_queued_ahead": _delta(
+                    now, before, "pytorch_engine_decode_steps_queued_ahead_total"
+                ),
             }
 
         async def sweep() -> None:
@@ -413,9 +417,11 @@ def table(data: dict[str, Any]) -> str:
         )
     for name, variant in s.items():
         if name.startswith("server-") and variant:
+            argv = variant["argv"]
+            flags = " ".join(argv[argv.index("--max-running") + 2 :])
             for level, c in variant.get("cells", {}).items():
                 lines.append(
-                    f"| {name} ({' '.join(variant['argv'][-2:])}), {level} concurrent | "
+                    f"| {name} ({flags}), {level} concurrent | "
                     f"aggregate {_fmt(c['aggregate_output_tok_s_median'])} tok/s, per request "
                     f"{_fmt(c['per_request_decode_tok_s'])} tok/s, server step "
                     f"{_fmt(c['server_decode_step_ms_mean'], '.2f')} ms x "

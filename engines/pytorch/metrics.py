@@ -59,6 +59,7 @@ class EngineMetrics:
         }
         self.batch_size = _Histogram(BATCH_BUCKETS)
         self.kv_cache_bytes = 0
+        self.decode_steps_queued_ahead = 0
 
     def set_queues(self, running: int, waiting: int) -> None:
         with self._lock:
@@ -70,6 +71,10 @@ class EngineMetrics:
             self.generation_tokens += new_tokens
             if phase == "decode":
                 self.batch_size.observe(rows)
+
+    def decode_step_queued_ahead(self) -> None:
+        with self._lock:
+            self.decode_steps_queued_ahead += 1
 
     def add_prompt_tokens(self, n: int) -> None:
         with self._lock:
@@ -135,6 +140,13 @@ class EngineMetrics:
                 "counter",
                 "Requests finished, by reason.",
                 [({"finished_reason": k}, v) for k, v in sorted(self.finished.items())],
+            )
+            metric(
+                "decode_steps_queued_ahead_total",
+                "counter",
+                "Decode steps queued on the device before the previous step's tokens were read "
+                "(--async-decode).",
+                [({}, self.decode_steps_queued_ahead)],
             )
             metric(
                 "kv_cache_bytes",

@@ -474,6 +474,7 @@ class Scheduler:
                 tokens = prev.tokens[torch.tensor(taken, device=prev.tokens.device)]
             behind = 1
             self.steps_run_ahead += 1
+            self.metrics.decode_step_queued_ahead()
         else:
             tokens = [seq.output_ids[-1] for seq in rows]
             behind = 0

@@ -46,10 +46,11 @@ def _serve(
             if len(finished) == len(jobs):
                 done.set()
 
+    metrics = EngineMetrics("test")
     sched = Scheduler(
         runner,
         max_running=runner.cache.num_slots,
-        metrics=EngineMetrics("test"),
+        metrics=metrics,
         deliver=deliver,
         prefill_chunk=8,
         prefill_budget=24,
@@ -67,6 +68,7 @@ def _serve(
         sched.shutdown()
     if stats is not None:
         stats["steps_run_ahead"] = sched.steps_run_ahead
+        stats["metric_queued_ahead"] = metrics.decode_steps_queued_ahead
     return [outputs[f"r{i}"] for i in range(len(jobs))]
 
 
@@ -119,6 +121,7 @@ def test_async_decode_keeps_greedy_text(loaded: LoadedModel, ignore_eos: bool) -
     )
     assert ahead == sync
     assert stats["steps_run_ahead"] > 20
+    assert stats["metric_queued_ahead"] == stats["steps_run_ahead"]  # what /metrics reports
     lengths = [len(o) for o in ahead]
     if ignore_eos:
         assert lengths == [n for _p, n in jobs]
