@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -61,6 +62,19 @@ def _kernel() -> Any:
     from engines.pytorch import triton_kernels
 
     return triton_kernels.gemv
+
+
+def tuned_configs() -> dict[str, str]:
+    """The configuration the autotuner chose for each (N, K, prologue, scale, epilogue, ...)
+    key in this process; empty where no kernel ran. Recorded by the benchmarks, so a run's
+    figures can be traced to the block shapes that made them."""
+    module = sys.modules.get("engines.pytorch.triton_kernels")
+    if module is None:
+        return {}
+    return {
+        ",".join(str(part) for part in key): str(config)
+        for key, config in module.gemv.cache.items()
+    }
 
 
 def _launch(

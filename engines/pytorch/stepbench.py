@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from engines.pytorch import kernels
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 
@@ -278,6 +279,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result["roofline_tok_s_batch1"] = bw / result["weight_bytes_streamed"]
     if args.profile:
         result["profiles"] = [profile_decode(runner, b, args.prompt_len) for b in batches]
+    result["gemv_configs"] = kernels.tuned_configs()
     if args.check_tokens:
         result["greedy_tokens_batch1"] = greedy_tokens(runner, args.prompt_len, args.check_tokens)
     if args.generate_tokens:

@@ -168,3 +168,17 @@ def _checks() -> dict[str, dict[str, Any]]:
 if __name__ == "__main__":
     _interpreter_fix()
     print(json.dumps(_checks()))
+
+
+def test_tuned_configs_lists_the_autotuners_choices() -> None:
+    from engines.pytorch import kernels, triton_kernels
+
+    tuner = triton_kernels.gemv
+    saved = dict(tuner.cache)
+    try:
+        tuner.cache[(2560, 1536, 5, False, 0)] = triton_kernels.GEMV_CONFIGS[12]
+        chosen = kernels.tuned_configs()
+    finally:
+        tuner.cache.clear()
+        tuner.cache.update(saved)
+    assert "BLOCK_N: 4, BLOCK_K: 2048" in chosen["2560,1536,5,False,0"]
