@@ -533,7 +533,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="1",
         help="batch sizes of the compiled step (static shapes: about a minute each on an H200)",
     )
-    p.add_argument("--budget-s", type=float, default=480.0, help="skip compile past this")
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=480.0,
+        help="seconds for the whole run: a compile or server variant that would not fit is "
+        "skipped (recorded), so the table is always written",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -555,14 +561,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ),
             },
         )
+    server_s = 0.0  # the longest server sweep so far: what one more needs of the budget
     if "server" not in skip:
         levels = [int(x) for x in args.levels.split(",") if x]
         shape = Shape(input_tokens=PROMPT_LEN, output_tokens=args.output_tokens)
         extra = shlex.split(args.server_args)
+        started = rec.elapsed()
         rec.run(
             "server",
             lambda: server_sweep(args.out, args.model, shape, levels, args.repeats, extra),
         )
+        server_s = rec.elapsed() - started
     for mode in args.compile_mode:
         left = args.budget_s - rec.elapsed()
         if left < 60:
@@ -577,15 +586,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     for variant in args.server_variant:
         name, _, flags = variant.partition("=")
+        left = args.budget_s - rec.elapsed()
+        if left < server_s:
+            rec.data["errors"][f"server-{name}"] = (
+                f"skipped: {left:.0f}s of the budget left, a server sweep took {server_s:.0f}s"
+            )
+            continue
         extra = [*shlex.split(args.server_args), *shlex.split(flags)]
         levels = [int(x) for x in args.levels.split(",") if x]
         shape = Shape(input_tokens=PROMPT_LEN, output_tokens=args.output_tokens)
+        started = rec.elapsed()
         rec.run(
             f"server-{name}",
             lambda e=extra, lv=levels, sh=shape, n=name: server_sweep(
                 args.out, args.model, sh, lv, args.repeats, e, tag=f"-{n}"
             ),
         )
+        server_s = max(server_s, rec.elapsed() - started)
     rec.data["total_s"] = rec.elapsed()
     rec.data["table"] = table(rec.data)
     rec.save()
