@@ -119,6 +119,8 @@ def gemma4_layer(
     projections that make them (gate/up, the per-layer gate) instead of starting the
     ones that read them, so no projection does a pass over its input before its weights
     stream (see `kernels`).
+    `attention_form`: "kernel" runs batch 1 on CUDA through `attention_kernel` and
+    anything else through the products; "reduction" see `_attend`.
     """
     w_qkv, w_o, w_gate_up, w_down, w_ple_gate, w_ple_proj = weights
     n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
