@@ -181,7 +181,6 @@ class Scheduler:
         self._async = async_decode and self._compact
         self._inflight: _InFlight | None = None
         self._readback = _TokenReadback(max_running, runner.device) if self._async else None
-        self.steps_run_ahead = 0  # steps queued before the previous one's tokens were read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
 
@@ -226,7 +225,8 @@ class Scheduler:
             finally:
                 self._flush()
         log.info(
-            "scheduler stopped (%d decode steps queued ahead of their inputs)", self.steps_run_ahead
+            "scheduler stopped (%d decode steps queued ahead of their inputs)",
+            self.metrics.decode_steps_queued_ahead,
         )
 
     def _iteration(self) -> None:
@@ -473,7 +473,6 @@ class Scheduler:
             if taken != list(range(len(prev.rows))):
                 tokens = prev.tokens[torch.tensor(taken, device=prev.tokens.device)]
             behind = 1
-            self.steps_run_ahead += 1
             self.metrics.decode_step_queued_ahead()
         else:
             tokens = [seq.output_ids[-1] for seq in rows]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 import torch
@@ -29,7 +30,7 @@ def _serve(
     *,
     async_decode: bool = False,
     ignore_eos: bool = True,
-    stats: dict[str, int] | None = None,
+    stats: dict[str, Any] | None = None,
 ) -> list[list[int]]:
     """Run greedy requests through a scheduler; the later ones arrive while others run."""
     done = threading.Event()
@@ -67,8 +68,8 @@ def _serve(
     finally:
         sched.shutdown()
     if stats is not None:
-        stats["steps_run_ahead"] = sched.steps_run_ahead
-        stats["metric_queued_ahead"] = metrics.decode_steps_queued_ahead
+        stats["steps_run_ahead"] = metrics.decode_steps_queued_ahead
+        stats["rendered"] = metrics.render()
     return [outputs[f"r{i}"] for i in range(len(jobs))]
 
 
@@ -115,13 +116,14 @@ def test_async_decode_keeps_greedy_text(loaded: LoadedModel, ignore_eos: bool) -
     ]
 
     sync = _serve(_program_runner(loaded), jobs, ignore_eos=ignore_eos)
-    stats: dict[str, int] = {}
+    stats: dict[str, Any] = {}
     ahead = _serve(
         _program_runner(loaded), jobs, async_decode=True, ignore_eos=ignore_eos, stats=stats
     )
     assert ahead == sync
     assert stats["steps_run_ahead"] > 20
-    assert stats["metric_queued_ahead"] == stats["steps_run_ahead"]  # what /metrics reports
+    rendered = f'decode_steps_queued_ahead_total{{model_name="test"}} {stats["steps_run_ahead"]}'
+    assert rendered in stats["rendered"]  # what /metrics reports
     lengths = [len(o) for o in ahead]
     if ignore_eos:
         assert lengths == [n for _p, n in jobs]

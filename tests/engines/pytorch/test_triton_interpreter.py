@@ -52,7 +52,9 @@ def _interpreter_fix() -> None:
     interpreter._patch_lang_tensor = patch
 
 
-def _gemv_checks(gemv: Any, record: Any, out: dict[str, dict[str, Any]], tag: str) -> None:
+def _gemv_checks(
+    gemv: Any, inputs: tuple[Any, ...], record: Any, out: dict[str, dict[str, Any]], tag: str
+) -> None:
     """Every prologue and epilogue of `kernels`, against the same torch forms the CPU and
     larger batches run (`fused=False`)."""
     import torch
@@ -60,7 +62,7 @@ def _gemv_checks(gemv: Any, record: Any, out: dict[str, dict[str, Any]], tag: st
 
     from engines.pytorch import kernels
 
-    x, b, nw, w, m = gemv.inputs
+    x, b, nw, w, m = inputs
     k = w.shape[1]
     xf, bf, nwf, wf = x.float(), b.float(), nw.float(), w.float()
     normed = torch.rms_norm(xf, (k,), nwf, 1e-6)
@@ -89,10 +91,10 @@ def _gemv_checks(gemv: Any, record: Any, out: dict[str, dict[str, Any]], tag: st
         terms = x.float().abs() + (ref_x.float() - x.float()).abs()
         row_ok = bool(((x_new.float() - ref_x.float()).abs() <= 2**-6 * terms + 1e-6).all())
         out[f"{label} row{tag}"] = {"ok": row_ok}
-        inputs = ref_x.float()
+        normed_row = ref_x.float()
         if norm is not None:
-            inputs = torch.rms_norm(inputs, (k,), nwf, 1e-6)
-        exact = inputs @ wf.T
+            normed_row = torch.rms_norm(normed_row, (k,), nwf, 1e-6)
+        exact = normed_row @ wf.T
         if times is not None:
             exact = F.gelu(exact, approximate="tanh") * times.float()
             label += " gelu times"
@@ -130,8 +132,6 @@ def _checks() -> dict[str, dict[str, Any]]:
     def gemv(prologue: int, epilogue: int = kernels.NO_EPILOGUE, **kw: Any) -> torch.Tensor:
         return kernels._launch(x, w, eps=1e-6, prologue=prologue, epilogue=epilogue, **kw)
 
-    gemv.inputs = (x, b, nw, w, m)  # type: ignore[attr-defined]
-
     # The autotuner needs a GPU to time its candidates: one configuration at a time, a
     # narrow, a wide and a whole-row one, each through every form below.
     from engines.pytorch import triton_kernels
@@ -144,7 +144,7 @@ def _checks() -> dict[str, dict[str, Any]]:
     ):
         tuner.configs, tuner.cache = [config], {}
         tag = f" [{config.kwargs['BLOCK_N']}x{config.kwargs['BLOCK_K']}]"
-        _gemv_checks(gemv, record, out, tag)
+        _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
 
     # Attention in float16: the interpreter's bfloat16 tl.dot is not faithful.
     for head_dim, kv_len, window in ((64, 1, 48), (64, 130, 48), (128, 700, None)):
