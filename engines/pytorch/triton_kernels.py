@@ -85,9 +85,6 @@ def _input(
     if PROLOGUE == 1 or PROLOGUE == 4:
         nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         x = _round(x * rstd * nw, x_ptr)
-    elif PROLOGUE == 5:  # times the norm weight now, the reciprocal RMS at the end
-        nw = tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        x = x * nw
     elif PROLOGUE == 2:
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         x = _round(_round(_gelu_tanh(x), x_ptr) * b, x_ptr)
@@ -155,22 +152,25 @@ def gemv(
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         col_ok = cols < K
-        x = _input(
-            x_ptr,
-            b_ptr,
-            nw_ptr,
-            rw_ptr,
-            scalar,
-            cols,
-            col_ok,
-            rstd,
-            branch_rstd,
-            PROLOGUE,
-            SCALE,
-        )
         if PROLOGUE == 5:
-            raw = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-            squares += raw * raw
+            # Times the norm weight now, the reciprocal RMS (of these same chunks) at the end.
+            x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+            squares += x * x
+            x = x * tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        else:
+            x = _input(
+                x_ptr,
+                b_ptr,
+                nw_ptr,
+                rw_ptr,
+                scalar,
+                cols,
+                col_ok,
+                rstd,
+                branch_rstd,
+                PROLOGUE,
+                SCALE,
+            )
         w = tl.load(
             w_ptr + rows[:, None] * K + cols[None, :],
             mask=row_ok[:, None] & col_ok[None, :],
