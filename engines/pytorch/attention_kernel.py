@@ -7,8 +7,9 @@ and two launch gaps a layer, 0.2 ms of a 2.4 ms Gemma 4 E2B step on an H200. Her
 keys are split into blocks of `BLOCK_L`; each program takes every query head of one KV
 head (grouped-query attention: the heads share the keys it loads) over one block and
 writes its unnormalised output, running maximum and sum; one small kernel combines the
-blocks. The pools are passed whole (slot 0 is row 0 at batch 1), so no view of them is
-copied before the kernel.
+blocks, with all their loads in flight at once for up to 64 blocks (32 where heads are
+512 wide), rescaling pass by pass beyond. The pools are passed whole (slot 0 is row 0
+at batch 1), so no view of them is copied before the kernel.
 
 Numerics: scores are rounded to the activation dtype as the products' output is, and the
 probabilities are rounded before they weigh the values, as the products' form rounds
@@ -71,8 +72,19 @@ def _decode_attention_op(
         SCALED=scale != 1.0,
         num_warps=8 if max(head_dim, dv) >= 512 else 4,
     )
+    # As many blocks a pass as fit 64 floats a thread of the 8 warps (16K of the tile).
+    block_s = min(max(1, 16384 // dv), 1 << (blocks - 1).bit_length())
     combine[(kv_heads * group,)](
-        acc, top, total, out, blocks, GROUP=group, BLOCK_G=block_g, DV=dv, BLOCK_S=8, num_warps=4
+        acc,
+        top,
+        total,
+        out,
+        blocks,
+        GROUP=group,
+        BLOCK_G=block_g,
+        DV=dv,
+        BLOCK_S=block_s,
+        num_warps=8,
     )
     return out
 

@@ -30,7 +30,7 @@ class EngineConfig:
     attention_form: str = "kernel"  # decode program attention: kernel (batch 1), matmul, reduction
     compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
-    async_decode: str = "off"  # queue step n+1 before reading step n (batched decode only)
+    async_decode: str = "on"  # queue step n+1 before reading step n (batched decode only)
     threads: int = 1
     prefill_chunk: int = 512
     prefill_budget: int = 2048
@@ -194,8 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=EngineConfig.async_decode,
         help="queue each batched decode step on the device, fed with the previous step's "
         "tokens, before reading those tokens, so detokenization and streaming overlap "
-        "the next step (greedy rows; +7%% at 1 request on an H200, not yet measured with "
-        "more, so off by default)",
+        "the next step (greedy rows; on an H200 +11%% at 1 request, +4%% at 8 and 64)",
     )
     p.add_argument(
         "--graph-warmup-len",

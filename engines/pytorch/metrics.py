@@ -60,6 +60,10 @@ class EngineMetrics:
         self.batch_size = _Histogram(BATCH_BUCKETS)
         self.kv_cache_bytes = 0
         self.decode_steps_queued_ahead = 0
+        self.device_busy_s = 0.0
+        self.device_steps = 0
+        self.device_idle_s = 0.0
+        self.device_idle_gaps = 0
 
     def set_queues(self, running: int, waiting: int) -> None:
         with self._lock:
@@ -75,6 +79,16 @@ class EngineMetrics:
     def decode_step_queued_ahead(self) -> None:
         with self._lock:
             self.decode_steps_queued_ahead += 1
+
+    def observe_device_step(self, busy_s: float, idle_s: float | None) -> None:
+        """A decode step's device time, and the device's idle time since the decode step
+        before it (None where other work came between them)."""
+        with self._lock:
+            self.device_busy_s += busy_s
+            self.device_steps += 1
+            if idle_s is not None:
+                self.device_idle_s += idle_s
+                self.device_idle_gaps += 1
 
     def add_prompt_tokens(self, n: int) -> None:
         with self._lock:
@@ -147,6 +161,31 @@ class EngineMetrics:
                 "Decode steps queued on the device before the previous step's tokens were read "
                 "(--async-decode).",
                 [({}, self.decode_steps_queued_ahead)],
+            )
+            metric(
+                "decode_device_seconds_total",
+                "counter",
+                "Device time of decode steps (CUDA events around inputs, step and token choice).",
+                [({}, self.device_busy_s)],
+            )
+            metric(
+                "decode_device_steps_total",
+                "counter",
+                "Decode steps timed on the device.",
+                [({}, self.device_steps)],
+            )
+            metric(
+                "decode_device_idle_seconds_total",
+                "counter",
+                "Device idle time between two decode steps with nothing queued between them: "
+                "where the host, not the device, set the pace.",
+                [({}, self.device_idle_s)],
+            )
+            metric(
+                "decode_device_idle_gaps_total",
+                "counter",
+                "Gaps counted in decode_device_idle_seconds_total.",
+                [({}, self.device_idle_gaps)],
             )
             metric(
                 "kv_cache_bytes",

@@ -38,6 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -111,6 +112,7 @@ class _InFlight:
     host: torch.Tensor  # (rows,) their copy on the host (pinned on CUDA)
     ready: torch.cuda.Event | None  # recorded after that copy; None: already there
     row_of: dict[int, int] = field(default_factory=dict)  # id(seq) -> row
+    clock_turn: int | None = None  # its `_DeviceClock` events
 
     def wait(self) -> list[int]:
         if self.ready is not None:
@@ -144,6 +146,61 @@ class _TokenReadback:
         ready = self.events[self.turn]
         ready.record()
         return _InFlight(rows, tokens, host, ready, row_of)
+
+
+class _DeviceClock:
+    """Timing events around each decode step's device work (its inputs, the step, the
+    token choice), so the host can tell how long the device worked on a step and how
+    long it sat idle since the step before it: what separates a host-bound server from
+    a device-bound one (`/metrics`, `EngineMetrics.observe_device_step`).
+
+    Pairs of events are used in turn, `PAIRS` of them, so that a step's end event is
+    still unrecorded-over when the step after it is read (two steps run ahead at most).
+    An idle gap is counted only between two decode steps with nothing else queued
+    between them (`interrupt`: a prefill was). No events on CPU.
+    """
+
+    PAIRS = 4
+
+    def __init__(self, device: torch.device, make_event: Callable[[], Any] | None = None):
+        on = device.type == "cuda" or make_event is not None
+        make = make_event or (lambda: torch.cuda.Event(enable_timing=True))
+        self.pairs = [(make(), make()) for _ in range(self.PAIRS)] if on else []
+        self.turn = 0
+        self.follows = [False] * self.PAIRS  # the step came right after the one before
+        self.last_read: int | None = None
+        self._interrupted = True
+
+    def start(self) -> int | None:
+        if not self.pairs:
+            return None
+        self.turn = (self.turn + 1) % self.PAIRS
+        self.follows[self.turn] = not self._interrupted
+        self._interrupted = False
+        self.pairs[self.turn][0].record()
+        return self.turn
+
+    def stop(self, turn: int | None) -> None:
+        if turn is not None:
+            self.pairs[turn][1].record()
+
+    def interrupt(self) -> None:
+        """Other device work was queued: the next step's idle gap is not a decode gap."""
+        self._interrupted = True
+
+    def read(self, turn: int | None, metrics: EngineMetrics) -> None:
+        """Hand the step's times to `metrics` (waiting for its stop event, which the
+        token readback has normally waited for already)."""
+        if turn is None:
+            return
+        start, stop = self.pairs[turn]
+        stop.synchronize()
+        idle_s = None
+        previous = (turn - 1) % self.PAIRS
+        if self.follows[turn] and self.last_read == previous:
+            idle_s = self.pairs[previous][1].elapsed_time(start) / 1e3
+        metrics.observe_device_step(start.elapsed_time(stop) / 1e3, idle_s)
+        self.last_read = turn
 
 
 class Scheduler:
@@ -181,6 +238,7 @@ class Scheduler:
         self._async = async_decode and self._compact
         self._inflight: _InFlight | None = None
         self._readback = _TokenReadback(max_running, runner.device) if self._async else None
+        self._clock = _DeviceClock(runner.device)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
 
@@ -289,6 +347,7 @@ class Scheduler:
         return slot
 
     def _prefill_waiting(self) -> None:
+        self._clock.interrupt()
         if self._packed:
             self._prefill_packed()
             return
@@ -387,6 +446,7 @@ class Scheduler:
         holes = [slot for slot in range(n) if slot not in used]
         if not holes:
             return
+        self._clock.interrupt()
         movers = sorted(
             (seq for seq in self._running if seq.slot is not None and seq.slot >= n),
             key=lambda seq: seq.slot,  # type: ignore[arg-type,return-value]
@@ -417,12 +477,15 @@ class Scheduler:
         """One step: decode every running row, then choose and hand out its tokens."""
         rows = list(self._running)
         t0 = time.perf_counter()
+        turn = self._clock.start()
         try:
             logits = self._decode(rows)
+            self._clock.stop(turn)
         except Exception:
             log.exception("batched decode of %d rows failed; retrying rows one by one", len(rows))
             logits = None
         if logits is None:
+            self._clock.interrupt()
             for seq in rows:
                 try:
                     self._accept(seq, self._decode([seq])[0])
@@ -437,6 +500,7 @@ class Scheduler:
             except Exception:
                 log.exception("batched token choice failed; choosing row by row")
                 tokens = [None] * len(rows)
+            self._clock.read(turn, self.metrics)
             for seq, row, token in zip(rows, logits, tokens, strict=True):
                 self._accept(seq, row, token)
         self._running = [s for s in self._running if not s.done]
@@ -477,6 +541,7 @@ class Scheduler:
         else:
             tokens = [seq.output_ids[-1] for seq in rows]
             behind = 0
+        turn = self._clock.start()
         try:
             logits = self.runner.decode(
                 [seq.slot for seq in rows],  # type: ignore[misc]
@@ -486,10 +551,13 @@ class Scheduler:
             chosen = greedy_token_tensor(
                 logits, [s.sampler for s in rows], [len(s.output_ids) + behind for s in rows]
             )
+            self._clock.stop(turn)  # before the readback's event, so it is done by then
             assert self._readback is not None
             self._inflight = self._readback.queue(rows, chosen)
+            self._inflight.clock_turn = turn
         except Exception:
             log.exception("asynchronous decode of %d rows failed", len(rows))
+            self._clock.interrupt()
             self._inflight = None
             if prev is not None:
                 self._take_tokens(prev)  # rows may have finished: compact again
@@ -511,7 +579,9 @@ class Scheduler:
 
     def _take_tokens(self, step: _InFlight) -> None:
         """Read an in-flight step's tokens and hand them to their (still running) rows."""
-        for seq, token in zip(step.rows, step.wait(), strict=True):
+        tokens = step.wait()
+        self._clock.read(step.clock_turn, self.metrics)
+        for seq, token in zip(step.rows, tokens, strict=True):
             if not seq.done:
                 self._accept(seq, None, token)  # type: ignore[arg-type]
         self._running = [s for s in self._running if not s.done]
@@ -576,6 +646,7 @@ class Scheduler:
         seq.done = True
         self._by_id.pop(seq.request.request_id, None)
         if seq.slot is not None:
+            self._clock.interrupt()
             self.runner.clear_slot(seq.slot)
             self._free_slots.add(seq.slot)
             seq.slot = None

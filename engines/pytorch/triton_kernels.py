@@ -241,6 +241,12 @@ def attention_partial(
         mask=key_ok[:, None],
         other=0.0,
     )
+    # V is loaded with K, before the scores need it: the two memory round trips overlap.
+    v = tl.load(
+        v_ptr + h * stride_vh + keys[:, None] * stride_vl + dims_v[None, :],
+        mask=key_ok[:, None],
+        other=0.0,
+    )
     scores = tl.dot(q, tl.trans(k)).to(q.dtype).to(tl.float32)
     if SCALED:
         scores = (scores * scale).to(q.dtype).to(tl.float32)
@@ -250,11 +256,6 @@ def attention_partial(
     safe_top = tl.where(top == float("-inf"), 0.0, top)
     p = tl.exp(scores - safe_top[:, None])
     total = tl.sum(p, axis=1)
-    v = tl.load(
-        v_ptr + h * stride_vh + keys[:, None] * stride_vl + dims_v[None, :],
-        mask=key_ok[:, None],
-        other=0.0,
-    )
     acc = tl.dot(p.to(v.dtype), v)
     row = (h * blocks + block) * BLOCK_G + heads
     tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc)
@@ -278,11 +279,9 @@ def attention_combine(
     h = pid // GROUP
     g = pid % GROUP
     dims = tl.arange(0, DV)
+    # One pass, BLOCK_S blocks at a time, rescaling what is summed so far when the maximum
+    # grows (as flash-decoding does); up to BLOCK_S blocks, every load is in flight at once.
     top = tl.full((), float("-inf"), tl.float32)
-    for s0 in range(0, blocks, BLOCK_S):
-        s = s0 + tl.arange(0, BLOCK_S)
-        m = tl.load(max_ptr + (h * blocks + s) * BLOCK_G + g, mask=s < blocks, other=-1e30)
-        top = tl.maximum(top, tl.max(m, axis=0))
     total = tl.full((), 0.0, tl.float32)
     out = tl.zeros((DV,), dtype=tl.float32)
     for s0 in range(0, blocks, BLOCK_S):
@@ -290,9 +289,14 @@ def attention_combine(
         s_ok = s < blocks
         row = (h * blocks + s) * BLOCK_G + g
         m = tl.load(max_ptr + row, mask=s_ok, other=float("-inf"))
-        weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - top))
-        total += tl.sum(weight * tl.load(sum_ptr + row, mask=s_ok, other=0.0), axis=0)
+        block_sum = tl.load(sum_ptr + row, mask=s_ok, other=0.0)
         acc = tl.load(acc_ptr + row[:, None] * DV + dims[None, :], mask=s_ok[:, None], other=0.0)
-        out += tl.sum(weight[:, None] * acc, axis=0)
+        new_top = tl.maximum(top, tl.max(m, axis=0))
+        safe_top = tl.where(new_top == float("-inf"), 0.0, new_top)
+        weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - safe_top))
+        carry = tl.where(top == float("-inf"), 0.0, tl.exp(top - safe_top))
+        total = total * carry + tl.sum(weight * block_sum, axis=0)
+        out = out * carry + tl.sum(weight[:, None] * acc, axis=0)
+        top = new_top
     out = out / total
     tl.store(out_ptr + pid * DV + dims, out.to(out_ptr.dtype.element_ty))

@@ -229,3 +229,65 @@ def test_a_failing_prompt_in_a_pack_fails_alone() -> None:
     assert collector.outputs["bad"][-1].finish_reason == "error"
     assert collector.outputs["ok"][-1].completion_tokens == 6
     assert collector.outputs["ok2"][-1].completion_tokens == 6
+
+
+class _FakeTimingEvent:
+    """What the clock uses of `torch.cuda.Event(enable_timing=True)`, on a scripted
+    device timeline (CUDA events cannot run here): `record` stamps the current device
+    time, `elapsed_time` answers in milliseconds as CUDA does."""
+
+    now_ms = 0.0
+
+    def __init__(self) -> None:
+        self.at_ms: float | None = None
+
+    def record(self) -> None:
+        self.at_ms = _FakeTimingEvent.now_ms
+
+    def synchronize(self) -> None:
+        assert self.at_ms is not None
+
+    def elapsed_time(self, end: _FakeTimingEvent) -> float:
+        assert self.at_ms is not None and end.at_ms is not None
+        return end.at_ms - self.at_ms
+
+
+def test_device_clock_times_steps_and_the_idle_gaps_between_decode_steps() -> None:
+    from engines.pytorch.scheduler import _DeviceClock
+
+    clock = _DeviceClock(torch.device("cpu"), make_event=_FakeTimingEvent)
+    metrics = EngineMetrics("m")
+
+    def step(start_ms: float, busy_ms: float) -> int | None:
+        _FakeTimingEvent.now_ms = start_ms
+        turn = clock.start()
+        _FakeTimingEvent.now_ms = start_ms + busy_ms
+        clock.stop(turn)
+        return turn
+
+    # Two steps queued ahead (read one step late, as asynchronous decode reads them),
+    # then a prefill, then one more step: its gap holds the prefill, so it is not counted.
+    first = step(0.0, 2.0)
+    second = step(2.5, 2.0)
+    clock.read(first, metrics)
+    third = step(5.0, 2.0)
+    clock.read(second, metrics)
+    clock.read(third, metrics)
+    clock.interrupt()
+    clock.read(step(20.0, 3.0), metrics)
+    assert metrics.device_steps == 4
+    assert abs(metrics.device_busy_s - 9e-3) < 1e-12
+    assert metrics.device_idle_gaps == 2  # 0.5 ms before the second step and the third
+    assert abs(metrics.device_idle_s - 1e-3) < 1e-12
+    text = metrics.render()
+    assert 'pytorch_engine_decode_device_idle_gaps_total{model_name="m"} 2.0' in text
+    assert 'pytorch_engine_decode_device_steps_total{model_name="m"} 4.0' in text
+
+
+def test_device_clock_is_off_on_cpu() -> None:
+    from engines.pytorch.scheduler import _DeviceClock
+
+    clock = _DeviceClock(torch.device("cpu"))
+    metrics = EngineMetrics("m")
+    clock.read(clock.start(), metrics)
+    assert metrics.device_steps == 0

@@ -147,7 +147,9 @@ def _checks() -> dict[str, dict[str, Any]]:
         _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
 
     # Attention in float16: the interpreter's bfloat16 tl.dot is not faithful.
-    for head_dim, kv_len, window in ((64, 1, 48), (64, 130, 48), (128, 700, None)):
+    # 4,200 keys 512 wide: 66 blocks of 64, three passes of the combine (32 blocks each).
+    cases = ((64, 1, 48), (64, 130, 48), (128, 700, None), (512, 4200, 3000))
+    for head_dim, kv_len, window in cases:
         half = torch.float16
         q = rand(1, 1, 8, head_dim, dtype=half)
         k_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)

@@ -1,0 +1,76 @@
+"""Every batch-1 kernel variant the engine launches compiles for sm_90 (the H200) on a
+machine with no GPU: Triton's front end, the LLVM lowering and ptxas (bundled with
+Triton) run without a device. The interpreter tests check the arithmetic but not what
+only the compiler checks (constexpr globals, inline asm, layouts), and a kernel that
+fails to build would otherwise first fail on the GPU machine, in its scarce time.
+Skipped where Triton is not installed."""
+
+from __future__ import annotations
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from engines.pytorch import kernels  # noqa: E402
+
+H200 = GPUTarget("cuda", 90, 32)
+GEMV_POINTERS = ("x_ptr", "b_ptr", "nw_ptr", "rw_ptr", "s_ptr", "xo_ptr", "m_ptr", "w_ptr")
+
+
+def _gemv_source(prologue: int, epilogue: int, scale: bool) -> ASTSource:
+    from engines.pytorch import triton_kernels
+
+    signature = {name: "*bf16" for name in (*GEMV_POINTERS, "y_ptr")}
+    signature |= {"N": "i32", "K": "i32", "eps": "fp32"}
+    constants = {
+        "PROLOGUE": prologue,
+        "SCALE": scale,
+        "EPILOGUE": epilogue,
+        "BLOCK_N": 2,
+        "BLOCK_K": 2048,
+    }
+    signature |= dict.fromkeys(constants, "constexpr")
+    return ASTSource(fn=triton_kernels.gemv.fn, signature=signature, constexprs=constants)
+
+
+# What `kernels` launches: (prologue, epilogue, scalar) of each public function.
+LAUNCHED = [
+    (kernels.PLAIN, kernels.NO_EPILOGUE, False),
+    (kernels.RMS_NORM, kernels.NO_EPILOGUE, False),
+    (kernels.RMS_NORM_AFTER, kernels.NO_EPILOGUE, False),
+    (kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, False),
+    (kernels.GELU_MUL, kernels.NO_EPILOGUE, False),
+    (kernels.RESIDUAL, kernels.GELU_TIMES, False),
+    (kernels.RESIDUAL_NORM, kernels.NO_EPILOGUE, True),
+]
+
+
+@pytest.mark.parametrize(("prologue", "epilogue", "scale"), LAUNCHED)
+def test_gemv_variant_builds_for_sm90(prologue: int, epilogue: int, scale: bool) -> None:
+    compiled = triton.compile(_gemv_source(prologue, epilogue, scale), target=H200)
+    assert compiled.asm["cubin"]
+
+
+@pytest.mark.parametrize(("head_dim", "block_l"), [(256, 32), (512, 64)])
+def test_attention_kernels_build_for_sm90(head_dim: int, block_l: int) -> None:
+    from engines.pytorch import triton_kernels
+
+    # Gemma 4 E2B: 8 query heads on one KV head; sliding layers 256 wide, full ones 512.
+    shape = {"GROUP": 8, "BLOCK_G": 16, "D": head_dim, "DV": head_dim}
+    partial = {**shape, "BLOCK_L": block_l, "SCALED": False}
+    signature = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr")}
+    signature |= {"hidden_ptr": "*u8", "acc_ptr": "*fp32", "max_ptr": "*fp32", "sum_ptr": "*fp32"}
+    signature |= dict.fromkeys(
+        ("kv_len", "stride_kh", "stride_kl", "stride_vh", "stride_vl"), "i32"
+    ) | {"scale": "fp32"}
+    signature |= dict.fromkeys(partial, "constexpr")
+    source = ASTSource(fn=triton_kernels.attention_partial, signature=signature, constexprs=partial)
+    assert triton.compile(source, target=H200).asm["cubin"]
+    combine = {"GROUP": 8, "BLOCK_G": 16, "DV": head_dim, "BLOCK_S": 8}
+    signature = {"acc_ptr": "*fp32", "max_ptr": "*fp32", "sum_ptr": "*fp32", "out_ptr": "*bf16"}
+    signature |= {"blocks": "i32"} | dict.fromkeys(combine, "constexpr")
+    source = ASTSource(fn=triton_kernels.attention_combine, signature=signature, constexprs=combine)
+    assert triton.compile(source, target=H200).asm["cubin"]
