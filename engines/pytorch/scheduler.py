@@ -44,6 +44,7 @@ import torch
 
 from engines.pytorch.detokenizer import TextStream
 from engines.pytorch.metrics import EngineMetrics
+from engines.pytorch.profiling import DecodeProfiler
 from engines.pytorch.runner import ModelRunner
 from engines.pytorch.sampling import (
     SamplerState,
@@ -216,6 +217,7 @@ class Scheduler:
         prefill_chunk: int = 512,
         prefill_budget: int = 2048,
         async_decode: bool = False,
+        profiler: DecodeProfiler | None = None,
     ) -> None:
         self.runner = runner
         self.tokenizer = runner.loaded.tokenizer
@@ -239,6 +241,7 @@ class Scheduler:
         self._inflight: _InFlight | None = None
         self._readback = _TokenReadback(max_running, runner.device) if self._async else None
         self._clock = _DeviceClock(runner.device)
+        self._profiler = profiler
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
 
@@ -466,12 +469,16 @@ class Scheduler:
         self._running.sort(key=lambda seq: seq.slot)  # type: ignore[arg-type,return-value]
 
     def _decode_step(self) -> None:
+        if self._profiler is not None:
+            self._profiler.before_step()
         if self._compact:
             self._compact_slots()
         if self._async:
             self._decode_step_async()
         else:
             self._decode_step_sync()
+        if self._profiler is not None:
+            self._profiler.after_step()
 
     def _decode_step_sync(self) -> None:
         """One step: decode every running row, then choose and hand out its tokens."""

@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import orjson
@@ -29,6 +30,7 @@ from starlette.routing import Route
 from engines.pytorch.config import EngineConfig
 from engines.pytorch.metrics import EngineMetrics
 from engines.pytorch.model import LoadedModel
+from engines.pytorch.profiling import DecodeProfiler
 from engines.pytorch.protocol import (
     ApiError,
     ChatCompletionRequest,
@@ -431,6 +433,11 @@ def create_state(config: EngineConfig) -> EngineState:
         prefill_chunk=config.prefill_chunk,
         prefill_budget=config.prefill_budget,
         async_decode=config.async_decode == "on",
+        profiler=DecodeProfiler(
+            Path(config.profile_dir), config.profile_decode_steps, loaded.device
+        )
+        if config.profile_dir
+        else None,
     )
     return EngineState(config=config, loaded=loaded, scheduler=scheduler, metrics=metrics)
 

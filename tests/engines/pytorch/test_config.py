@@ -21,6 +21,17 @@ def test_bad_values_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse_args(["--max-running", "0"])
     assert "--max-running" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--profile-dir", "p", "--profile-decode-steps", "0"])
+    assert "--profile-decode-steps" in capsys.readouterr().err
+
+
+def test_async_decode_is_on_and_profiling_off_unless_asked() -> None:
+    cfg = parse_args([])
+    assert cfg.async_decode == "on" and cfg.profile_dir is None
+    cfg = parse_args(["--profile-dir", "prof", "--async-decode", "off"])
+    assert cfg.profile_dir == "prof" and cfg.profile_decode_steps == 32
+    assert cfg.async_decode == "off"
 
 
 def test_fast_path_defaults_follow_the_device() -> None:

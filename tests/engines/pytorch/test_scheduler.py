@@ -291,3 +291,30 @@ def test_device_clock_is_off_on_cpu() -> None:
     metrics = EngineMetrics("m")
     clock.read(clock.start(), metrics)
     assert metrics.device_steps == 0
+
+
+def test_decode_profiler_writes_a_trace_and_table_of_its_window_once(tmp_path: Any) -> None:
+    from engines.pytorch.profiling import TABLE_FILE, TRACE_FILE, DecodeProfiler
+
+    runner, collector = FakeRunner(), Collector()
+    profiler = DecodeProfiler(tmp_path / "profile", steps=3, device=runner.device, skip=2)
+    sched = Scheduler(
+        runner,  # type: ignore[arg-type]
+        max_running=4,
+        metrics=EngineMetrics("fake"),
+        deliver=collector.deliver,
+        profiler=profiler,
+    )
+    sched.start()
+    try:
+        sched.submit(_request("a", [5, 6], 12), "a")
+        collector.wait(["a"])
+    finally:
+        sched.shutdown()
+    assert profiler.done and profiler.seen == 11  # 12 tokens: the first comes from prefill
+    table = (tmp_path / "profile" / TABLE_FILE).read_text()
+    assert table.startswith("3 decode steps from step 2")
+    assert "Self CPU" in table
+    trace = (tmp_path / "profile" / TRACE_FILE).read_text()
+    assert '"traceEvents"' in trace
+    assert "".join(o.text for o in collector.outputs["a"])  # serving went on unchanged
