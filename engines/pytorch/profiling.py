@@ -43,6 +43,27 @@ class DecodeProfiler:
     def before_step(self) -> None:
         if self.done or self.seen != self.skip:
             return
+        try:
+            self._start()
+        except Exception:
+            self._give_up("starting")
+
+    def after_step(self) -> None:
+        self.seen += 1
+        if self._profile is None or self.seen < self.skip + self.steps:
+            return
+        try:
+            self._finish()
+        except Exception:
+            self._give_up("writing")
+
+    def _give_up(self, doing: str) -> None:
+        # A profile must never fail the requests it watches: log, and profile no more.
+        log.exception("decode profiler failed %s; serving goes on unprofiled", doing)
+        self.done = True
+        self._profile = None
+
+    def _start(self) -> None:
         activities = [ProfilerActivity.CPU]
         if self.on_cuda:
             activities.append(ProfilerActivity.CUDA)
@@ -51,10 +72,8 @@ class DecodeProfiler:
         self._profile.__enter__()
         log.info("profiling decode steps %d to %d", self.skip, self.skip + self.steps - 1)
 
-    def after_step(self) -> None:
-        self.seen += 1
-        if self._profile is None or self.seen < self.skip + self.steps:
-            return
+    def _finish(self) -> None:
+        assert self._profile is not None
         if self.on_cuda:
             torch.cuda.synchronize()  # the last step's kernels finish inside the window
         prof, self._profile = self._profile, None

@@ -182,7 +182,7 @@ class _DeviceClock:
         return self.turn
 
     def stop(self, turn: int | None) -> None:
-        if turn is not None:
+        if turn is not None and self.pairs:
             self.pairs[turn][1].record()
 
     def interrupt(self) -> None:
@@ -192,15 +192,22 @@ class _DeviceClock:
     def read(self, turn: int | None, metrics: EngineMetrics) -> None:
         """Hand the step's times to `metrics` (waiting for its stop event, which the
         token readback has normally waited for already)."""
-        if turn is None:
+        if turn is None or not self.pairs:
             return
         start, stop = self.pairs[turn]
-        stop.synchronize()
-        idle_s = None
-        previous = (turn - 1) % self.PAIRS
-        if self.follows[turn] and self.last_read == previous:
-            idle_s = self.pairs[previous][1].elapsed_time(start) / 1e3
-        metrics.observe_device_step(start.elapsed_time(stop) / 1e3, idle_s)
+        try:
+            stop.synchronize()
+            idle_s = None
+            previous = (turn - 1) % self.PAIRS
+            if self.follows[turn] and self.last_read == previous:
+                idle_s = self.pairs[previous][1].elapsed_time(start) / 1e3
+            busy_s = start.elapsed_time(stop) / 1e3
+        except RuntimeError:
+            # A measurement must never fail the requests it measures: stop measuring.
+            log.exception("device step timing failed; /metrics will not time decode steps")
+            self.pairs = []
+            return
+        metrics.observe_device_step(busy_s, idle_s)
         self.last_read = turn
 
 

@@ -318,3 +318,43 @@ def test_decode_profiler_writes_a_trace_and_table_of_its_window_once(tmp_path: A
     trace = (tmp_path / "profile" / TRACE_FILE).read_text()
     assert '"traceEvents"' in trace
     assert "".join(o.text for o in collector.outputs["a"])  # serving went on unchanged
+
+
+def test_a_failing_device_clock_stops_timing_and_fails_nothing() -> None:
+    from engines.pytorch.scheduler import _DeviceClock
+
+    class BrokenEvent(_FakeTimingEvent):
+        def elapsed_time(self, end: _FakeTimingEvent) -> float:
+            raise RuntimeError("CUDA error: the event was not recorded")
+
+    clock = _DeviceClock(torch.device("cpu"), make_event=BrokenEvent)
+    metrics = EngineMetrics("m")
+    turn = clock.start()
+    clock.stop(turn)
+    clock.read(turn, metrics)
+    assert metrics.device_steps == 0 and not clock.pairs
+    assert clock.start() is None  # off from now on
+
+
+def test_a_profile_that_cannot_be_written_fails_no_request(tmp_path: Any) -> None:
+    from engines.pytorch.profiling import DecodeProfiler
+
+    runner, collector = FakeRunner(), Collector()
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # the profile directory cannot be made under a file
+    profiler = DecodeProfiler(blocked / "profile", steps=2, device=runner.device, skip=1)
+    sched = Scheduler(
+        runner,  # type: ignore[arg-type]
+        max_running=4,
+        metrics=EngineMetrics("fake"),
+        deliver=collector.deliver,
+        profiler=profiler,
+    )
+    sched.start()
+    try:
+        sched.submit(_request("a", [5, 6], 8), "a")
+        collector.wait(["a"])
+    finally:
+        sched.shutdown()
+    assert profiler.done
+    assert collector.outputs["a"][-1].finish_reason == "length"
