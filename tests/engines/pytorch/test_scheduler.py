@@ -293,13 +293,11 @@ def test_device_clock_is_off_on_cpu() -> None:
     assert metrics.device_steps == 0
 
 
-def test_decode_profiler_writes_a_trace_and_table_of_its_window_once(tmp_path: Any) -> None:
-    from engines.pytorch.profiling import TABLE_FILE, TRACE_FILE, DecodeProfiler
-
-    runner, collector = FakeRunner(), Collector()
-    profiler = DecodeProfiler(tmp_path / "profile", steps=3, device=runner.device, skip=2)
+def _serve_one_profiled(profiler: Any, max_tokens: int) -> list[StepOutput]:
+    """One request through a scheduler that profiles its decode steps; its outputs."""
+    collector = Collector()
     sched = Scheduler(
-        runner,  # type: ignore[arg-type]
+        FakeRunner(),  # type: ignore[arg-type]
         max_running=4,
         metrics=EngineMetrics("fake"),
         deliver=collector.deliver,
@@ -307,17 +305,25 @@ def test_decode_profiler_writes_a_trace_and_table_of_its_window_once(tmp_path: A
     )
     sched.start()
     try:
-        sched.submit(_request("a", [5, 6], 12), "a")
+        sched.submit(_request("a", [5, 6], max_tokens), "a")
         collector.wait(["a"])
     finally:
         sched.shutdown()
+    return collector.outputs["a"]
+
+
+def test_decode_profiler_writes_a_trace_and_table_of_its_window_once(tmp_path: Any) -> None:
+    from engines.pytorch.profiling import TABLE_FILE, TRACE_FILE, DecodeProfiler
+
+    profiler = DecodeProfiler(tmp_path / "profile", steps=3, device=torch.device("cpu"), skip=2)
+    outputs = _serve_one_profiled(profiler, max_tokens=12)
     assert profiler.done and profiler.seen == 11  # 12 tokens: the first comes from prefill
     table = (tmp_path / "profile" / TABLE_FILE).read_text()
     assert table.startswith("3 decode steps from step 2")
     assert "Self CPU" in table
     trace = (tmp_path / "profile" / TRACE_FILE).read_text()
     assert '"traceEvents"' in trace
-    assert "".join(o.text for o in collector.outputs["a"])  # serving went on unchanged
+    assert "".join(o.text for o in outputs)  # serving went on unchanged
 
 
 def test_a_failing_device_clock_stops_timing_and_fails_nothing() -> None:
@@ -339,22 +345,9 @@ def test_a_failing_device_clock_stops_timing_and_fails_nothing() -> None:
 def test_a_profile_that_cannot_be_written_fails_no_request(tmp_path: Any) -> None:
     from engines.pytorch.profiling import DecodeProfiler
 
-    runner, collector = FakeRunner(), Collector()
     blocked = tmp_path / "a-file"
     blocked.write_text("")  # the profile directory cannot be made under a file
-    profiler = DecodeProfiler(blocked / "profile", steps=2, device=runner.device, skip=1)
-    sched = Scheduler(
-        runner,  # type: ignore[arg-type]
-        max_running=4,
-        metrics=EngineMetrics("fake"),
-        deliver=collector.deliver,
-        profiler=profiler,
-    )
-    sched.start()
-    try:
-        sched.submit(_request("a", [5, 6], 8), "a")
-        collector.wait(["a"])
-    finally:
-        sched.shutdown()
+    profiler = DecodeProfiler(blocked / "profile", steps=2, device=torch.device("cpu"), skip=1)
+    outputs = _serve_one_profiled(profiler, max_tokens=8)
     assert profiler.done
-    assert collector.outputs["a"][-1].finish_reason == "length"
+    assert outputs[-1].finish_reason == "length"
