@@ -36,7 +36,8 @@ Intermediates are rounded to the activation dtype where the unfused form rounds 
 differences of it, or a couple of output ulps of it for a gated product. On an H200 the
 epilogue forms took the step's projections from 1.86 to 1.66 ms (2.54 to 2.41 ms a step,
 `benchmarks/records/2026-11-29-h200-pytorch-epilogues.md`). The configurations are
-tried per (N, K) by Triton's autotuner the first time a shape runs.
+tried per (N, K) by Triton's autotuner the first time a shape runs on a machine; the
+timings are kept in Triton's disk cache, so later processes there reuse the choice.
 
 Triton is imported only when a CUDA batch-1 call needs a kernel; CPU runs never touch it.
 """

@@ -3,6 +3,9 @@ elsewhere: CPU runs never reach the kernels, which `test_programs` checks)."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
 import torch
 
@@ -93,3 +96,32 @@ def test_residual_projection_writes_the_same_residual_row(
 def test_batches_of_more_than_one_row_keep_cublas(tensors: dict[str, torch.Tensor]) -> None:
     rows = tensors["x"].repeat(4, 1)
     assert torch.equal(kernels.linear(rows, tensors["w"]), rows @ tensors["w"].T)
+
+
+_TUNE_ONCE = """
+import json, torch
+from engines.pytorch import kernels, triton_kernels
+x = torch.randn(1, 1536, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(2560, 1536, device="cuda", dtype=torch.bfloat16)
+kernels.linear(x, w)
+torch.cuda.synchronize()
+tuner = triton_kernels.gemv
+print(json.dumps({"timed": hasattr(tuner, "bench_time"), "config": str(tuner.best_config)}))
+"""
+
+
+def test_a_later_process_reuses_the_autotuners_choice(tmp_path: Any) -> None:
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, "-c", _TUNE_ONCE], env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    assert runs[0]["timed"] and not runs[1]["timed"]
+    assert runs[1]["config"] == runs[0]["config"]
