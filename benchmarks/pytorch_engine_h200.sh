@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call on a CUDA machine for the PyTorch engine (issue 4), in the order that makes the
-# most of a short lease: the engine's CUDA tests, then `benchmarks.pytorch_engine_h200`
-# with the shipped defaults, the model step at the sweep's own context lengths, and the
-# server profiling a window of its decode steps. Results go under $OUT (default ./out).
+# most of a short lease (at most 9 minutes, within a 10-minute call): the engine's CUDA
+# tests, then `benchmarks.pytorch_engine_h200` with the shipped defaults, the model step
+# at the sweep's own context lengths, and the server profiling a window of its decode
+# steps. Results go under $OUT (default ./out).
 #
 # The machine has torch and Triton but reaches no package index: wheels for what else
 # the engine needs (transformers, pydantic, starlette, uvicorn, httptools, orjson,
@@ -19,14 +20,14 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem,power.limit --format=csv,noheader
 
-timeout 200 python3 -m pytest -q tests/engines/pytorch/test_kernels.py \
+timeout 180 python3 -m pytest -q tests/engines/pytorch/test_kernels.py \
   tests/engines/pytorch/test_attention_kernel.py > "$OUT/cuda-tests.log" 2>&1
 echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log")"
 
 STEP_MODES=step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused,step_batched_graphs
 STEP_MODES=$STEP_MODES,step_program_graphs,step_program_graphs_gemv
-timeout 380 python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$STEP_MODES" \
-  --levels 1,8,64 --compile-batches 1 --budget-s 370 \
+timeout 360 python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$STEP_MODES" \
+  --levels 1,8,64 --compile-batches 1 --budget-s 350 \
   --step-variant shipped="--attention-form kernel" \
   --step-variant sweep="--steps 512" \
   --server-args "--profile-dir $OUT/eng/profile" > "$OUT/bench.log" 2>&1
