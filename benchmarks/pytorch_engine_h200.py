@@ -264,11 +264,9 @@ def server_sweep(
                 "tpot_ms_p50_median": tpot,
                 "ttft_ms_p50_median": cell.ttft_ms_p50_median,
                 "server_decode_steps": steps,
-                "server_decode_step_ms_mean": 1e3
-                * _delta(now, before, "pytorch_engine_step_seconds_sum:decode")
-                / steps
-                if steps
-                else None,
+                "server_decode_step_ms_mean": _mean_ms(
+                    now, before, "step_seconds_sum:decode", "step_seconds_count:decode"
+                ),
                 "server_decode_rows_mean": rows / steps if steps else None,
                 "server_prefill_s": _delta(now, before, "pytorch_engine_step_seconds_sum:prefill"),
                 "server_prefill_chunks": prefill_steps,
@@ -352,6 +350,19 @@ def compiled_mode(
 
 def _fmt(x: float | None, spec: str = ".1f") -> str:
     return "n/a" if x is None else format(x, spec)
+
+
+def _server_cell(c: dict[str, Any], ttft: bool = False) -> str:
+    """One sweep cell of a server run, as the table shows it."""
+    ttft_text = f", TTFT p50 {_fmt(c['ttft_ms_p50_median'])} ms" if ttft else ""
+    return (
+        f"aggregate {_fmt(c['aggregate_output_tok_s_median'])} tok/s, per request "
+        f"{_fmt(c['per_request_decode_tok_s'])} tok/s{ttft_text}, server step "
+        f"{_fmt(c['server_decode_step_ms_mean'], '.2f')} ms x "
+        f"{_fmt(c['server_decode_rows_mean'])} rows (device "
+        f"{_fmt(c.get('server_decode_device_ms_mean'), '.2f')} ms, idle between steps "
+        f"{_fmt(c.get('server_decode_device_idle_ms_mean'), '.3f')} ms)"
+    )
 
 
 def table(data: dict[str, Any]) -> str:
@@ -438,27 +449,12 @@ def table(data: dict[str, Any]) -> str:
             argv = variant["argv"]
             flags = " ".join(argv[argv.index("--max-running") + 2 :])
             for level, c in variant.get("cells", {}).items():
-                lines.append(
-                    f"| {name} ({flags}), {level} concurrent | "
-                    f"aggregate {_fmt(c['aggregate_output_tok_s_median'])} tok/s, per request "
-                    f"{_fmt(c['per_request_decode_tok_s'])} tok/s, server step "
-                    f"{_fmt(c['server_decode_step_ms_mean'], '.2f')} ms x "
-                    f"{_fmt(c['server_decode_rows_mean'])} rows (device "
-                    f"{_fmt(c.get('server_decode_device_ms_mean'), '.2f')} ms, idle "
-                    f"{_fmt(c.get('server_decode_device_idle_ms_mean'), '.3f')} ms) |"
-                )
+                lines.append(f"| {name} ({flags}), {level} concurrent | {_server_cell(c)} |")
     server = s.get("server") or {}
     cells = server.get("cells", {})
     for level, c in cells.items():
         lines.append(
-            f"| server, {level} concurrent ({server.get('shape')}) | aggregate "
-            f"{_fmt(c['aggregate_output_tok_s_median'])} tok/s, per request "
-            f"{_fmt(c['per_request_decode_tok_s'])} tok/s, TTFT p50 "
-            f"{_fmt(c['ttft_ms_p50_median'])} ms, server step "
-            f"{_fmt(c['server_decode_step_ms_mean'], '.2f')} ms x "
-            f"{_fmt(c['server_decode_rows_mean'])} rows (device "
-            f"{_fmt(c.get('server_decode_device_ms_mean'), '.2f')} ms, idle between steps "
-            f"{_fmt(c.get('server_decode_device_idle_ms_mean'), '.3f')} ms) |"
+            f"| server, {level} concurrent ({server.get('shape')}) | {_server_cell(c, ttft=True)} |"
         )
     b1 = (cells.get("1") or {}).get("aggregate_output_tok_s_median")
     # Decode alone (1 / TPOT, no prefill), which is what the weight-streaming roofline bounds.
