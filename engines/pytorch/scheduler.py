@@ -137,16 +137,18 @@ class _TokenReadback:
         self.events = [torch.cuda.Event() for _ in range(2)] if self.on_cuda else []
         self.turn = 0
 
-    def queue(self, rows: list[_Sequence], tokens: torch.Tensor) -> _InFlight:
+    def queue(
+        self, rows: list[_Sequence], tokens: torch.Tensor, clock_turn: int | None
+    ) -> _InFlight:
         row_of = {id(seq): i for i, seq in enumerate(rows)}
         if not self.on_cuda:
-            return _InFlight(rows, tokens, tokens, None, row_of)
+            return _InFlight(rows, tokens, tokens, None, row_of, clock_turn)
         self.turn ^= 1
         host = self.buffers[self.turn][: tokens.shape[0]]
         host.copy_(tokens, non_blocking=True)
         ready = self.events[self.turn]
         ready.record()
-        return _InFlight(rows, tokens, host, ready, row_of)
+        return _InFlight(rows, tokens, host, ready, row_of, clock_turn)
 
 
 class _DeviceClock:
@@ -567,8 +569,7 @@ class Scheduler:
             )
             self._clock.stop(turn)  # before the readback's event, so it is done by then
             assert self._readback is not None
-            self._inflight = self._readback.queue(rows, chosen)
-            self._inflight.clock_turn = turn
+            self._inflight = self._readback.queue(rows, chosen, turn)
         except Exception:
             log.exception("asynchronous decode of %d rows failed", len(rows))
             self._clock.interrupt()
