@@ -9,7 +9,11 @@ head (grouped-query attention: the heads share the keys it loads) over one block
 writes its unnormalised output, running maximum and sum; one small kernel combines the
 blocks, with all their loads in flight at once for up to 64 blocks (32 where heads are
 512 wide), rescaling pass by pass beyond. The pools are passed whole (slot 0 is row 0
-at batch 1), so no view of them is copied before the kernel.
+at batch 1), so no view of them is copied before the kernel. Keys the mask hides (past
+the row's length in its KV bucket, outside a sliding window) are never fetched, and a
+block with none visible writes no partial output: the kernel costs what the row reads,
+not what its bucket holds (on an H200, a step at 600 tokens of context in the 1,024
+bucket went from 2.46 to 2.06 ms with this and dependent launch together).
 
 Numerics: scores are rounded to the activation dtype as the products' output is, and the
 probabilities are rounded before they weigh the values, as the products' form rounds
@@ -26,6 +30,8 @@ from typing import Any
 
 import torch
 
+from engines.pytorch import dependent_launch
+
 
 @functools.cache
 def _kernels() -> tuple[Any, Any]:
@@ -39,6 +45,7 @@ def _decode_attention_op(
     q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, hidden: torch.Tensor, scale: float
 ) -> torch.Tensor:
     partial, combine = _kernels()
+    pdl = dependent_launch.enabled(q.device)
     _rows, kv_heads, group, head_dim = q.shape
     dv = v_pool.shape[-1]
     kv_len = hidden.shape[-1]
@@ -70,7 +77,9 @@ def _decode_attention_op(
         DV=dv,
         BLOCK_L=block_l,
         SCALED=scale != 1.0,
+        PDL=pdl,
         num_warps=8 if max(head_dim, dv) >= 512 else 4,
+        launch_pdl=pdl,
     )
     # As many blocks a pass as fit 64 floats a thread of the 8 warps (16K of the tile).
     block_s = min(max(1, 16384 // dv), 1 << (blocks - 1).bit_length())
@@ -84,7 +93,9 @@ def _decode_attention_op(
         BLOCK_G=block_g,
         DV=dv,
         BLOCK_S=block_s,
+        PDL=pdl,
         num_warps=8,
+        launch_pdl=pdl,
     )
     return out
 

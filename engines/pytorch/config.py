@@ -28,6 +28,7 @@ class EngineConfig:
     decode_program: str = "auto"  # auto: the model's own decode step where decode is batched
     gemv_kernel: str = "auto"  # batch-1 projections of the decode program (auto: triton on CUDA)
     attention_form: str = "kernel"  # decode program attention: kernel (batch 1), matmul, reduction
+    dependent_launch: str = "auto"  # batch-1 Triton kernels as PDL dependents (auto: sm_90+)
     compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
     async_decode: str = "on"  # queue step n+1 before reading step n (batched decode only)
@@ -182,6 +183,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="decode program attention: at batch 1 one split-KV Triton kernel and a combine "
         "(engines.pytorch.attention_kernel; other batch sizes and the CPU keep the "
         "products), as matrix products, or as reductions that torch.compile fuses",
+    )
+    p.add_argument(
+        "--dependent-launch",
+        choices=("auto", "off"),
+        default=EngineConfig.dependent_launch,
+        help="launch the batch-1 Triton kernels as programmatic dependents of the kernel "
+        "before them, so each fetches its first weights while that one drains "
+        "(engines.pytorch.dependent_launch; auto: on where the GPU has it, sm_90 and later)",
     )
     p.add_argument(
         "--compile-mode",

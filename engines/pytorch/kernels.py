@@ -52,6 +52,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engines.pytorch import dependent_launch
+
 log = logging.getLogger(__name__)
 
 PLAIN, RMS_NORM, GELU_MUL, RESIDUAL, RESIDUAL_NORM, RMS_NORM_AFTER = 0, 1, 2, 3, 4, 5
@@ -93,6 +95,7 @@ def _launch(
     epilogue: int = NO_EPILOGUE,
 ) -> torch.Tensor:
     kernel = _kernel()
+    pdl = dependent_launch.enabled(x.device)
     n, k = weight.shape
     if epilogue == GELU_PAIR:
         n //= 2
@@ -114,6 +117,8 @@ def _launch(
         PROLOGUE=prologue,
         SCALE=scalar is not None,
         EPILOGUE=epilogue,
+        PDL=pdl,
+        launch_pdl=pdl,
     )
     return y
 

@@ -33,7 +33,9 @@ The CUDA fast path (`batched_decode`, `cuda_graphs`, `packed_prefill`; see `grap
 - decode program (`programs`, Gemma 4): the batched step written directly on the
   model's weights instead of through transformers' modules, so that each kind of layer
   can be torch.compile'd once (`compile_mode`) and batch-1 projections can run the Triton
-  kernels of `kernels` (`triton_gemv`). Prefill keeps transformers' modules.
+  kernels of `kernels` (`triton_gemv`). Prefill keeps transformers' modules;
+- dependent launch: those kernels start while the kernel before them drains
+  (`dependent_launch`, sm_90 and later).
 A decode whose slots are not 0 ... n - 1 (the scheduler's one-row retry after a failed
 step) takes the row-by-row path on the same pools instead.
 """
@@ -49,6 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from engines.pytorch import dependent_launch as launch
 from engines.pytorch.fused import fuse_rms_norms
 from engines.pytorch.graphs import (
     POSITIONS,
@@ -164,11 +167,13 @@ class ModelRunner:
         attention_form: str = "matmul",
         gemv_epilogues: bool = True,
         compile_without_program: bool = True,
+        dependent_launch: bool = True,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
         self.device = loaded.device
         self.model.set_attn_implementation(ENGINE_ATTENTION)
+        launch.configure(dependent_launch)
         if fused_norms:  # changes the model in place, for every later forward
             fuse_rms_norms(self.model)
         self.batched_decode = batched_decode

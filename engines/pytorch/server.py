@@ -415,6 +415,7 @@ def create_state(config: EngineConfig) -> EngineState:
         decode_program=config.decode_program_on(device_type),
         triton_gemv=config.triton_gemv_on(device_type),
         attention_form=config.attention_form,
+        dependent_launch=config.dependent_launch == "auto",
     )
     if runner.graphs is not None and config.graph_warmup_len > 0:
         # Before /health answers: the first requests should not wait for captures.

@@ -215,6 +215,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         help="norms and GELU gates before the products that read them, or norm scales and "
         "gates after the products that make them (engines.pytorch.kernels)",
     )
+    p.add_argument("--dependent-launch", choices=("auto", "off"), default="auto")
     p.add_argument(
         "--check-tokens",
         type=int,
@@ -250,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         triton_gemv=args.triton_gemv == "on",
         attention_form=args.attention_form,
         gemv_epilogues=args.gemv_fusion == "epilogue",
+        dependent_launch=args.dependent_launch == "auto",
     )
     result: dict[str, Any] = {
         "model": args.model,
@@ -267,6 +269,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "triton_gemv": args.triton_gemv,
         "attention_form": args.attention_form,
         "gemv_fusion": args.gemv_fusion,
+        "dependent_launch": args.dependent_launch,
         "weight_bytes_streamed": streamed_weight_bytes(loaded.model),
         "decode": [
             decode_times(runner, b, args.prompt_len, args.steps, args.warmup) for b in batches

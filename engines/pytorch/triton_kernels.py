@@ -75,9 +75,17 @@ def _input(
     col_ok,
     rstd,
     branch_rstd,
+    squares,
     PROLOGUE: tl.constexpr,
     SCALE: tl.constexpr,
 ):
+    # One chunk of the product's input row, and the running squares of prologue 5.
+    if PROLOGUE == 5:
+        # Times the norm weight now, the reciprocal RMS (of these same chunks) at the end.
+        x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        squares += x * x
+        x = x * tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
+        return x, squares
     if PROLOGUE == 3 or PROLOGUE == 4:
         x = _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE)
     else:
@@ -88,7 +96,7 @@ def _input(
     elif PROLOGUE == 2:
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
         x = _round(_round(_gelu_tanh(x), x_ptr) * b, x_ptr)
-    return x
+    return x, squares
 
 
 @triton.jit
@@ -101,9 +109,32 @@ def _mean_square_rstd(x_ptr, K, eps, BLOCK_K: tl.constexpr):
     return 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
 
 
+@triton.jit
+def _weights(w_ptr, rows, row_ok, cols, col_ok, N, K, EPILOGUE: tl.constexpr):
+    # One chunk of the program's weight rows (and of the matching up rows of a gate/up pair).
+    mask = row_ok[:, None] & col_ok[None, :]
+    w = tl.load(
+        w_ptr + rows[:, None] * K + cols[None, :],
+        mask=mask,
+        other=0.0,
+        eviction_policy="evict_first",
+    )
+    w_up = w
+    if EPILOGUE == 1:
+        w_up = tl.load(
+            w_ptr + (rows + N)[:, None] * K + cols[None, :],
+            mask=mask,
+            other=0.0,
+            eviction_policy="evict_first",
+        )
+    return w, w_up
+
+
 # cache_results: the timings go to Triton's disk cache, so every later process on the
 # machine (the server after the step benchmark, a restarted server) runs the same block
-# shapes instead of re-timing them, which made their figures differ by chance.
+# shapes instead of re-timing them, which made their figures differ by chance. PDL is
+# not in the key: with or without dependent launch a shape runs the same blocks, so the
+# two differ in launch alone (and sum in the same order: the same logits).
 @triton.autotune(
     configs=GEMV_CONFIGS, key=["N", "K", "PROLOGUE", "SCALE", "EPILOGUE"], cache_results=True
 )
@@ -124,6 +155,7 @@ def gemv(
     PROLOGUE: tl.constexpr,
     SCALE: tl.constexpr,
     EPILOGUE: tl.constexpr,
+    PDL: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
@@ -131,6 +163,15 @@ def gemv(
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
+    # The first chunk of weights depends on no earlier kernel. Launched as a dependent
+    # (PDL), the program fetches it while the kernel before finishes, and only then waits
+    # for that kernel's results; nothing is read from or written to activations before.
+    cols = tl.arange(0, BLOCK_K)
+    col_ok = cols < K
+    w, w_up = _weights(w_ptr, rows, row_ok, cols, col_ok, N, K, EPILOGUE)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     rstd = 1.0
     branch_rstd = 1.0
     scalar = 1.0
@@ -144,52 +185,32 @@ def gemv(
         branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
         squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
-            cols = k0 + tl.arange(0, BLOCK_K)
-            col_ok = cols < K
-            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE)
+            res_cols = k0 + tl.arange(0, BLOCK_K)
+            res_ok = res_cols < K
+            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, res_cols, res_ok, branch_rstd, SCALE)
             squares += xn * xn
             if pid == 0:
-                tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=col_ok)
+                tl.store(xo_ptr + res_cols, xn.to(xo_ptr.dtype.element_ty), mask=res_ok)
         rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
-    acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    x, squares = _input(
+        x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, col_ok, rstd, branch_rstd, squares,
+        PROLOGUE, SCALE,
+    )  # fmt: skip
+    acc = w.to(tl.float32) * x[None, :]
+    acc_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+    if EPILOGUE == 1:
+        acc_up = w_up.to(tl.float32) * x[None, :]
+    for k0 in range(BLOCK_K, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
         col_ok = cols < K
-        if PROLOGUE == 5:
-            # Times the norm weight now, the reciprocal RMS (of these same chunks) at the end.
-            x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-            squares += x * x
-            x = x * tl.load(nw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        else:
-            x = _input(
-                x_ptr,
-                b_ptr,
-                nw_ptr,
-                rw_ptr,
-                scalar,
-                cols,
-                col_ok,
-                rstd,
-                branch_rstd,
-                PROLOGUE,
-                SCALE,
-            )
-        w = tl.load(
-            w_ptr + rows[:, None] * K + cols[None, :],
-            mask=row_ok[:, None] & col_ok[None, :],
-            other=0.0,
-            eviction_policy="evict_first",
-        )
+        x, squares = _input(
+            x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, col_ok, rstd, branch_rstd, squares,
+            PROLOGUE, SCALE,
+        )  # fmt: skip
+        w, w_up = _weights(w_ptr, rows, row_ok, cols, col_ok, N, K, EPILOGUE)
         acc += w.to(tl.float32) * x[None, :]
         if EPILOGUE == 1:
-            w_up = tl.load(
-                w_ptr + (rows + N)[:, None] * K + cols[None, :],
-                mask=row_ok[:, None] & col_ok[None, :],
-                other=0.0,
-                eviction_policy="evict_first",
-            )
             acc_up += w_up.to(tl.float32) * x[None, :]
     y = tl.sum(acc, axis=1)
     up = tl.sum(acc_up, axis=1)
@@ -226,7 +247,11 @@ def attention_partial(
     DV: tl.constexpr,
     BLOCK_L: tl.constexpr,
     SCALED: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:  # q and the cache's new row come from the kernels just before
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     h = tl.program_id(0)
     block = tl.program_id(1)
     blocks = tl.num_programs(1)
@@ -241,29 +266,35 @@ def attention_partial(
         mask=head_ok[:, None],
         other=0.0,
     )
+    # Keys the mask hides (past the row's length in its KV bucket, or outside a sliding
+    # window) are never fetched: the step pays for the keys it reads, not for the bucket.
+    hidden = tl.load(hidden_ptr + keys, mask=key_ok, other=1) != 0
+    live = key_ok & ~hidden
     k = tl.load(
         k_ptr + h * stride_kh + keys[:, None] * stride_kl + dims[None, :],
-        mask=key_ok[:, None],
+        mask=live[:, None],
         other=0.0,
     )
     # V is loaded with K, before the scores need it: the two memory round trips overlap.
     v = tl.load(
         v_ptr + h * stride_vh + keys[:, None] * stride_vl + dims_v[None, :],
-        mask=key_ok[:, None],
+        mask=live[:, None],
         other=0.0,
     )
     scores = tl.dot(q, tl.trans(k)).to(q.dtype).to(tl.float32)
     if SCALED:
         scores = (scores * scale).to(q.dtype).to(tl.float32)
-    hidden = tl.load(hidden_ptr + keys, mask=key_ok, other=1) != 0
-    scores = tl.where(hidden[None, :], float("-inf"), scores)
+    scores = tl.where(live[None, :], scores, float("-inf"))
     top = tl.max(scores, axis=1)
     safe_top = tl.where(top == float("-inf"), 0.0, top)
     p = tl.exp(scores - safe_top[:, None])
     total = tl.sum(p, axis=1)
     acc = tl.dot(p.to(v.dtype), v)
     row = (h * blocks + block) * BLOCK_G + heads
-    tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc)
+    # Only rows the combine reads: real heads (BLOCK_G pads the group to 16 for tl.dot)
+    # of a block with a visible key (the combine skips a block whose maximum is -inf).
+    written = head_ok & (top > float("-inf"))
+    tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc, mask=written[:, None])
     tl.store(max_ptr + row, top)
     tl.store(sum_ptr + row, total)
 
@@ -279,7 +310,11 @@ def attention_combine(
     BLOCK_G: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)  # one (KV head, query head of its group)
     h = pid // GROUP
     g = pid % GROUP
@@ -295,7 +330,12 @@ def attention_combine(
         row = (h * blocks + s) * BLOCK_G + g
         m = tl.load(max_ptr + row, mask=s_ok, other=float("-inf"))
         block_sum = tl.load(sum_ptr + row, mask=s_ok, other=0.0)
-        acc = tl.load(acc_ptr + row[:, None] * DV + dims[None, :], mask=s_ok[:, None], other=0.0)
+        # A block with no visible key wrote no partial output (its weight is 0).
+        acc = tl.load(
+            acc_ptr + row[:, None] * DV + dims[None, :],
+            mask=(s_ok & (m > float("-inf")))[:, None],
+            other=0.0,
+        )
         new_top = tl.maximum(top, tl.max(m, axis=0))
         safe_top = tl.where(new_top == float("-inf"), 0.0, new_top)
         weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - safe_top))

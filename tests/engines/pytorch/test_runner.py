@@ -155,3 +155,31 @@ def test_fused_norms_compute_the_same_step(name: str) -> None:
     assert fuse_rms_norms(fresh.model) == norms > 0
     fused = ModelRunner(fresh, num_slots=2, batch_invariant=False).prefill(0, prompt)
     torch.testing.assert_close(fused, plain, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_queued_cuda_step_and_its_greedy_choice_never_wait_for_the_device() -> None:
+    """What the scheduler's asynchronous decode queues behind a running step (the step
+    fed the previous tokens where they lie, then the greedy choice with EOS banned) must
+    not synchronise: one wait makes the host sit out the whole step and the device the
+    host's work after it."""
+    from engines.pytorch.sampling import SamplerState, SamplingParams, greedy_token_tensor
+
+    cuda = load_model("random:tiny-gemma4", device="cuda", seed=0)
+    runner = ModelRunner(
+        cuda, num_slots=2, batch_invariant=False, batched_decode=True, cuda_graphs=True
+    )
+    prompt = _prompts(2)[1]
+    states = [
+        SamplerState.create(SamplingParams(max_tokens=9, ignore_eos=True), {2}, torch.device("cpu"))
+    ]
+    tokens = runner.prefill(0, prompt).argmax(dim=-1, keepdim=True)
+    for k in range(3):  # the last one with the graph captured and the ban's index built
+        if k == 2:
+            torch.cuda.set_sync_debug_mode("error")
+        try:
+            logits = runner.decode([0], tokens, [len(prompt) + k])
+            tokens = greedy_token_tensor(logits, states, [k + 1])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()

@@ -148,22 +148,36 @@ def _checks() -> dict[str, dict[str, Any]]:
 
     # Attention in float16: the interpreter's bfloat16 tl.dot is not faithful.
     # 4,200 keys 512 wide: 66 blocks of 64, three passes of the combine (32 blocks each).
-    cases = ((64, 1, 48), (64, 130, 48), (128, 700, None), (512, 4200, 3000))
-    for head_dim, kv_len, window in cases:
+    # A KV bucket longer than the row (1,024 for 300 or 700 keys) hides whole blocks at
+    # its end; keys the mask hides hold NaN, which the kernel must never read.
+    cases = (
+        (64, 1, 1, 48),
+        (64, 130, 130, 48),
+        (128, 700, 700, None),
+        (256, 1024, 300, None),
+        (256, 1024, 700, 512),
+        (512, 4200, 4200, 3000),
+    )
+    for head_dim, kv_len, length, window in cases:
         half = torch.float16
         q = rand(1, 1, 8, head_dim, dtype=half)
         k_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)
         v_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)
         keys_pos = torch.arange(kv_len)[None, :]
-        hidden = keys_pos > kv_len - 1
+        hidden = keys_pos > length - 1
         if window:
-            hidden = hidden | (keys_pos <= kv_len - 1 - window)
+            hidden = hidden | (keys_pos <= length - 1 - window)
         hidden = hidden[:, None, None, :]
+        k_pool[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = 0.0
+        v_pool[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = 0.0
         keys, values = k_pool[:1, :, :kv_len], v_pool[:1, :, :kv_len]
         exact = _attend(q.float(), keys.float(), values.float(), hidden, 1.0, False)
         products = _attend(q, keys, values, hidden, 1.0, False)
-        got = attention_kernel._decode_attention_op(q, k_pool, v_pool, hidden, 1.0)
-        record(f"attention d{head_dim} L{kv_len}", got, exact, products)
+        k_nan, v_nan = k_pool.clone(), v_pool.clone()
+        k_nan[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = float("nan")
+        v_nan[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = float("nan")
+        got = attention_kernel._decode_attention_op(q, k_nan, v_nan, hidden, 1.0)
+        record(f"attention d{head_dim} L{length}/{kv_len}", got, exact, products)
     return out
 
 

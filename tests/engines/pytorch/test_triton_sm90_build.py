@@ -17,10 +17,11 @@ from triton.compiler import ASTSource  # noqa: E402
 from engines.pytorch import kernels  # noqa: E402
 
 H200 = GPUTarget("cuda", 90, 32)
+PDL = {"launch_pdl": True}  # as an H200 launches them (engines.pytorch.dependent_launch)
 GEMV_POINTERS = ("x_ptr", "b_ptr", "nw_ptr", "rw_ptr", "s_ptr", "xo_ptr", "m_ptr", "w_ptr")
 
 
-def _gemv_source(prologue: int, epilogue: int, scale: bool) -> ASTSource:
+def _gemv_source(prologue: int, epilogue: int, scale: bool, pdl: bool) -> ASTSource:
     from engines.pytorch import triton_kernels
 
     signature = {name: "*bf16" for name in (*GEMV_POINTERS, "y_ptr")}
@@ -29,6 +30,7 @@ def _gemv_source(prologue: int, epilogue: int, scale: bool) -> ASTSource:
         "PROLOGUE": prologue,
         "SCALE": scale,
         "EPILOGUE": epilogue,
+        "PDL": pdl,
         "BLOCK_N": 2,
         "BLOCK_K": 2048,
     }
@@ -50,8 +52,11 @@ LAUNCHED = [
 
 @pytest.mark.parametrize(("prologue", "epilogue", "scale"), LAUNCHED)
 def test_gemv_variant_builds_for_sm90(prologue: int, epilogue: int, scale: bool) -> None:
-    compiled = triton.compile(_gemv_source(prologue, epilogue, scale), target=H200)
-    assert compiled.asm["cubin"]
+    compiled = triton.compile(
+        _gemv_source(prologue, epilogue, scale, pdl=True), target=H200, options=PDL
+    )
+    assert "griddepcontrol.wait" in compiled.asm["ptx"]
+    assert compiled.metadata.launch_pdl
 
 
 @pytest.mark.parametrize(("head_dim", "block_l"), [(256, 32), (512, 64)])
@@ -60,7 +65,7 @@ def test_attention_kernels_build_for_sm90(head_dim: int, block_l: int) -> None:
 
     # Gemma 4 E2B: 8 query heads on one KV head; sliding layers 256 wide, full ones 512.
     shape = {"GROUP": 8, "BLOCK_G": 16, "D": head_dim, "DV": head_dim}
-    partial = {**shape, "BLOCK_L": block_l, "SCALED": False}
+    partial = {**shape, "BLOCK_L": block_l, "SCALED": False, "PDL": True}
     signature = {name: "*bf16" for name in ("q_ptr", "k_ptr", "v_ptr")}
     signature |= {"hidden_ptr": "*u8", "acc_ptr": "*fp32", "max_ptr": "*fp32", "sum_ptr": "*fp32"}
     signature |= dict.fromkeys(
@@ -68,9 +73,9 @@ def test_attention_kernels_build_for_sm90(head_dim: int, block_l: int) -> None:
     ) | {"scale": "fp32"}
     signature |= dict.fromkeys(partial, "constexpr")
     source = ASTSource(fn=triton_kernels.attention_partial, signature=signature, constexprs=partial)
-    assert triton.compile(source, target=H200).asm["cubin"]
-    combine = {"GROUP": 8, "BLOCK_G": 16, "DV": head_dim, "BLOCK_S": 8}
+    assert "griddepcontrol.wait" in triton.compile(source, target=H200, options=PDL).asm["ptx"]
+    combine = {"GROUP": 8, "BLOCK_G": 16, "DV": head_dim, "BLOCK_S": 8, "PDL": True}
     signature = {"acc_ptr": "*fp32", "max_ptr": "*fp32", "sum_ptr": "*fp32", "out_ptr": "*bf16"}
     signature |= {"blocks": "i32"} | dict.fromkeys(combine, "constexpr")
     source = ASTSource(fn=triton_kernels.attention_combine, signature=signature, constexprs=combine)
-    assert triton.compile(source, target=H200).asm["cubin"]
+    assert "griddepcontrol.wait" in triton.compile(source, target=H200, options=PDL).asm["ptx"]
