@@ -1,6 +1,6 @@
 """`bench launch|status|fetch|cleanup`: campaigns on AWS, driven from the workstation.
 
-Parses nothing (cli/main.py does), decides nothing (infra/control does): it calls the verbs,
+Parses nothing (cli/main.py does), decides nothing (control does): it calls the verbs,
 prints each launch attempt as one line while it happens, and renders the records as tables.
 A problem the user can fix (no stack, no credentials, a bad spec, an unknown campaign, a
 bucket that is not the stack's) is one line on stderr and exit status 2.
@@ -21,21 +21,21 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console, Group
 from rich.table import Table
 
-from infra.control.aws import AwsClients
-from infra.control.cleanup import CleanupPlan, apply_cleanup, plan_cleanup
-from infra.control.errors import ControlError
-from infra.control.fetch import FetchReport, fetch_campaign
-from infra.control.launch import (
+from control.aws import AwsClients
+from control.cleanup import CleanupPlan, apply_cleanup, plan_cleanup
+from control.errors import ControlError
+from control.fetch import FetchReport, fetch_campaign
+from control.launch import (
     Attempt,
     CampaignLaunch,
     ShardWait,
     launch_campaign,
     wait_for_agents,
 )
-from infra.control.quotas import QuotaCheck, check_quotas, quota_increase_command
-from infra.control.spec import load_spec_file
-from infra.control.stack import find_stack, results_bucket
-from infra.control.status import CampaignStatus, campaign_status, list_campaigns
+from control.quotas import QuotaCheck, check_quotas, quota_increase_command
+from control.spec import load_spec_file
+from control.stack import find_stack, results_bucket
+from control.status import CampaignStatus, campaign_status, list_campaigns
 
 __all__ = ["run_control"]
 

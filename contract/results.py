@@ -38,7 +38,9 @@ SUMMARY_FILE = "summary.json"
 VLLM_EXPORT_FILE = "vllm_bench_serve.jsonl"
 DONE_FILE = "done"
 
-CellStatus = Literal["ok", "infeasible", "failed"]
+# A cell is `ok` only when every request of every measured window completed; `partial` when it
+# measured but lost requests (its figures are not comparable and never ranked).
+CellStatus = Literal["ok", "partial", "infeasible", "failed"]
 ForcedOutput = Literal["ignore_eos", "min_tokens"]
 ChunkTokenSource = Literal["continuous_usage", "one_per_chunk", "proportional_to_text", "none"]
 

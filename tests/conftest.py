@@ -1,5 +1,7 @@
-"""Session fixtures shared by the whole suite: a built llama-server, the tiny GGUF model, and
-one running llama-server serving it (started once, stopped at the end of the session)."""
+"""Session fixtures shared by the whole suite: a built llama-server, the tiny GGUF model, one
+running llama-server serving it (started once, stopped at the end of the session), a moto
+server, and BenchStack synthesized once (for the stack tests and the control plane's moto
+stack)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ import pytest
 from agent.supervisor import EngineServer, free_port
 from engines.builds.llamacpp import LlamaCppBuild, ensure_llama_server
 from engines.models.tiny_gguf import write_tiny_gguf
+from tests.fixtures.cdk_synth import synth_with
 from tests.fixtures.llama_server import LLAMA_SERVER_HEALTH_TIMEOUT_S, llama_server_argv
 from tests.fixtures.moto_server import MotoServer, moto_server
+
+__all__ = ["synth_with"]  # a session fixture defined beside the synthesis code
 
 # A cold llama.cpp build takes about 11 minutes on 2 cores, past pytest's 600 s per test;
 # `make test` builds it before pytest starts, but a bare pytest run builds it in a fixture.

@@ -18,7 +18,7 @@ import pytest
 
 from contract.layout import STACK_NAME
 from infra.toolchain import CDK_CLI_PACKAGE, CDK_CLI_VERSION, bundled_node, cdk_cli_js
-from tests.infra.conftest import PROJECT_ROOT
+from tests.fixtures.cdk_synth import PROJECT_ROOT
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("aws_cdk", reason="CDK toolchain not installed")

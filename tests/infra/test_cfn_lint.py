@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.infra.conftest import Synthesized
+from tests.fixtures.cdk_synth import Synthesized
 
 cfnlint_api = pytest.importorskip("cfnlint.api", reason="cfn-lint not installed")
 

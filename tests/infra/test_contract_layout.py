@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from contract import layout
-from tests.infra.conftest import PROJECT_ROOT
+from tests.fixtures.cdk_synth import PROJECT_ROOT
 
 
 def imported_modules(path: Path) -> set[str]:

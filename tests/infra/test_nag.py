@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.conftest import Synthesized, synthesize
+from tests.fixtures.cdk_synth import Synthesized, synthesize
 
 cdk = pytest.importorskip("aws_cdk", reason="CDK toolchain not installed")
 

@@ -17,7 +17,7 @@ from infra.settings import (
     SettingsError,
     parse_settings,
 )
-from tests.infra.conftest import PROJECT_ROOT, feature_flags
+from tests.fixtures.cdk_synth import PROJECT_ROOT, feature_flags
 
 
 def test_defaults() -> None:

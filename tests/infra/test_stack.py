@@ -16,7 +16,7 @@ import pytest
 
 from contract import layout
 from infra.settings import DEFAULT_AMI_PARAMETER, DEFAULT_AZS, DEFAULT_INSTANCE_TYPE
-from tests.infra.conftest import Synthesized
+from tests.fixtures.cdk_synth import Synthesized
 
 pytest.importorskip("aws_cdk", reason="CDK toolchain not installed")
 

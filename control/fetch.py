@@ -34,8 +34,8 @@ from typing import Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contract.layout import MANIFEST_FILE, TARBALL_FILE, results_prefix, spec_key
-from infra.control.aws import AwsClients
-from infra.control.errors import ControlError
+from control.aws import AwsClients
+from control.errors import ControlError
 
 __all__ = [
     "FetchReport",

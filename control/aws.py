@@ -9,7 +9,7 @@ Two kinds of client, from one session:
   `max_attempts=1` would still retry once). `InsufficientInstanceCapacity` comes back as HTTP
   500, which standard mode retries as "transient"; SkyPilot found the same ("practically, it
   retries for capacity errors") and builds a fail-fast client for it. The launcher does its
-  own back-off for throttling, by the table in `infra.control.errors`.
+  own back-off for throttling, by the table in `control.errors`.
 
 Credentials come from the standard chain (environment, shared files, SSO, instance or
 container role); endpoints from the standard resolution, so `AWS_ENDPOINT_URL` points every
@@ -26,7 +26,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ProfileNotFound
 
-from infra.control.errors import ControlError
+from control.errors import ControlError
 
 __all__ = ["CONTROL_CONFIG", "LAUNCH_CONFIG", "AwsClients"]
 

@@ -16,19 +16,19 @@ from botocore.exceptions import (
 from botocore.stub import Stubber
 
 from contract.layout import TAG_CAMPAIGN, TAG_SHARD, spec_key
-from engines.campaign import check_campaign
-from infra.control.aws import CONTROL_CONFIG, LAUNCH_CONFIG, AwsClients
-from infra.control.errors import (
+from control.aws import CONTROL_CONFIG, LAUNCH_CONFIG, AwsClients
+from control.errors import (
     LAUNCH_ERRORS,
     ControlError,
     LaunchAction,
     classify_launch_error,
 )
-from infra.control.launch import RETRY_LIMIT, Attempt, launch_campaign, wait_for_agents
-from infra.control.quotas import check_quotas, quota_group
-from infra.control.spec import SpecError, load_spec_file
-from infra.control.stack import StackOutputs
-from tests.infra.control.conftest import (
+from control.launch import RETRY_LIMIT, Attempt, launch_campaign, wait_for_agents
+from control.quotas import check_quotas, quota_group
+from control.spec import SpecError, load_spec_file
+from control.stack import StackOutputs
+from engines.campaign import check_campaign
+from tests.control.conftest import (
     RunInstancesScript,
     count_sends,
     ec2_error_response,

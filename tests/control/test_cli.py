@@ -18,15 +18,15 @@ import pytest
 from agent.campaigns import CAMPAIGNS_DIR, LOCAL_DEFAULT
 from contract.layout import STACK_NAME, spec_key
 from contract.spec import parse_campaign
-from infra.control.stack import StackOutputs
-from tests.fixtures.moto_server import MotoServer
-from tests.infra.control.conftest import (
+from control.stack import StackOutputs
+from tests.control.conftest import (
     live_instances,
     put_status,
     run_bench,
     tags_of,
     write_spec,
 )
+from tests.fixtures.moto_server import MotoServer
 
 
 def _one_line(stderr: str) -> str:

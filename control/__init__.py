@@ -6,7 +6,7 @@ credential chain; every endpoint follows `AWS_ENDPOINT_URL`, so the whole flow r
 local moto server. It never imports `aws_cdk`: `bench launch` works without the CDK toolchain,
 and no construct imports this package (tests/test_import_direction.py keeps both doors shut).
 
-Verbs, one module each, all taking an `AwsClients` (`infra.control.aws`, the only place boto3
+Verbs, one module each, all taking an `AwsClients` (`control.aws`, the only place boto3
 clients are made) and returning typed records that `cli/` renders:
 
 - `launch.launch_campaign`: spot in every subnet whose zone offers the type, then on-demand;

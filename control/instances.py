@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from contract.layout import TAG_CAMPAIGN, TAG_SHARD
-from infra.control.aws import AwsClients
+from control.aws import AwsClients
 
 __all__ = [
     "LISTED_STATES",

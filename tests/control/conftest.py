@@ -29,8 +29,8 @@ from botocore.awsrequest import AWSResponse
 
 from contract.layout import STACK_NAME, status_parameter_name
 from contract.status import ShardStatus
-from infra.control.aws import AwsClients
-from infra.control.stack import StackOutputs, find_stack
+from control.aws import AwsClients
+from control.stack import StackOutputs, find_stack
 from tests.fixtures.moto_server import MotoServer
 
 BENCH = str(Path(sys.executable).with_name("bench"))

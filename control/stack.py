@@ -21,8 +21,8 @@ from contract.layout import (
     OUTPUT_SUBNETS_BY_AZ,
     STATUS_PARAMETER_PREFIX,
 )
-from infra.control.aws import AwsClients
-from infra.control.errors import ControlError
+from control.aws import AwsClients
+from control.errors import ControlError
 
 __all__ = ["StackOutputs", "check_bucket", "find_stack", "results_bucket"]
 

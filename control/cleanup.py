@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from contract.layout import STATUS_PARAMETER_PREFIX, status_parameter_name
-from infra.control.aws import AwsClients
-from infra.control.instances import LISTED_STATES, BenchInstance, find_instances
-from infra.control.stack import StackOutputs
-from infra.control.status import read_statuses
-from infra.control.status_record import StatusReading
+from control.aws import AwsClients
+from control.instances import LISTED_STATES, BenchInstance, find_instances
+from control.stack import StackOutputs
+from control.status import read_statuses
+from control.status_record import StatusReading
 
 __all__ = ["CleanupItem", "CleanupPlan", "CleanupResult", "apply_cleanup", "plan_cleanup"]
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from infra.control.aws import AwsClients
-from infra.control.errors import ControlError
-from infra.control.spec import CampaignSpec
+from control.aws import AwsClients
+from control.errors import ControlError
+from control.spec import CampaignSpec
 
 __all__ = [
     "QUOTAS",

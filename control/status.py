@@ -16,12 +16,12 @@ from datetime import UTC, datetime, timedelta
 from botocore.exceptions import ClientError
 
 from contract.layout import campaign_prefix, spec_key
-from infra.control.aws import AwsClients
-from infra.control.errors import ControlError
-from infra.control.instances import BenchInstance, find_instances
-from infra.control.spec import parse_spec_text
-from infra.control.stack import StackOutputs
-from infra.control.status_record import StatusReading, read_status_value
+from control.aws import AwsClients
+from control.errors import ControlError
+from control.instances import BenchInstance, find_instances
+from control.spec import parse_spec_text
+from control.stack import StackOutputs
+from control.status_record import StatusReading, read_status_value
 
 __all__ = [
     "STALE_AFTER",

@@ -12,7 +12,7 @@ For each shard, in parallel:
    tags `bench:campaign`, `bench:shard`, `Name` (and the max runtime, for `bench cleanup`)
    on the instance and its volume; a ClientToken per (launch, shard, market, subnet), so a
    retried call never starts a second instance. Each failure is classified by the table in
-   `infra.control.errors`; each attempt is reported as one line (subnet, market, outcome),
+   `control.errors`; each attempt is reported as one line (subnet, market, outcome),
    as the seeds' create tool printed them.
 
 Before any instance starts, the spec is validated and uploaded to
@@ -34,18 +34,18 @@ from typing import Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from contract.layout import TAG_CAMPAIGN, TAG_SHARD, spec_key, status_parameter_name
-from infra.control.aws import AwsClients
-from infra.control.errors import (
+from control.aws import AwsClients
+from control.errors import (
     ControlError,
     LaunchAction,
     LaunchError,
     classify_launch_error,
 )
-from infra.control.instances import LIVE_STATES, TAG_MAX_RUNTIME_H, BenchInstance, find_instances
-from infra.control.quotas import quota_group, quota_increase_command
-from infra.control.spec import CampaignSpec, ShardSpec
-from infra.control.stack import StackOutputs, check_bucket
-from infra.control.status_record import ACTIVE_PHASES, StatusReading, read_status_value
+from control.instances import LIVE_STATES, TAG_MAX_RUNTIME_H, BenchInstance, find_instances
+from control.quotas import quota_group, quota_increase_command
+from control.spec import CampaignSpec, ShardSpec
+from control.stack import StackOutputs, check_bucket
+from control.status_record import ACTIVE_PHASES, StatusReading, read_status_value
 
 __all__ = [
     "MARKETS",
