@@ -47,12 +47,13 @@ llama-server: $(STAMP)
 run: setup
 	$(BIN)/bench run
 
-test: setup
-	$(BIN)/python -m ruff check .
+test: setup lint
 	$(BIN)/python -m pytest -q
 
+# ruff, then mypy over the files [tool.mypy] names (pyproject.toml).
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
+	$(BIN)/python -m mypy
 
 clean:
 	rm -rf $(VENV) results $(CDK_CLI_DIR) cdk.out

@@ -237,4 +237,5 @@ async def _attempt(client: OpenAIClient, prompt: str, max_tokens: int, n: int) -
 
 def wait_ready_sync(base_url: str, **kwargs: object) -> ReadyResult:
     """`wait_ready` for callers without an event loop."""
+    # Ignored below: kwargs are wait_ready's keyword arguments, passed through unchanged.
     return asyncio.run(wait_ready(base_url, **kwargs))  # type: ignore[arg-type]

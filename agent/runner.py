@@ -23,7 +23,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -53,6 +53,7 @@ from contract.jobs import (
 from contract.results import DONE_FILE
 from contract.spec import CampaignSpec, ShardSpec
 from contract.status import Phase
+from contract.suite import SuiteItem
 from contract.telemetry import TELEMETRY_FILE
 from engines.recipes import RecipeError, RenderedServe, recipe_for_arm, render
 from engines.recipes.render import GpuCC
@@ -63,7 +64,7 @@ log = logging.getLogger(__name__)
 
 AGENT_VERSION = "0.1.0"
 _GPU_MEMORY_SLACK_MIB = 1024
-_PHASE_OF_ITEM: Mapping[str, Phase] = {
+_PHASE_OF_ITEM: Mapping[SuiteItem, Phase] = {
     "probe": "probing",
     "sweep": "sweeping",
     "gsm8k": "evaluating",
@@ -89,10 +90,13 @@ class _NoStatus:
         log.info("job %d/%d: %s", index, total, job)
 
 
+_ItemHandler = Callable[["Job", RenderedServe, Path], Awaitable[int | None]]
+
+
 @dataclass(frozen=True)
 class Job:
     arm: str
-    item: str
+    item: SuiteItem
 
     @property
     def job_id(self) -> str:
@@ -277,7 +281,7 @@ class CampaignRunner:
             record = JobRecord(
                 job_id=job.job_id,
                 arm=job.arm,
-                item=job.item,  # type: ignore[arg-type]
+                item=job.item,
                 status="failed",
                 reason=reason,
                 started_unix_s=now,
@@ -327,6 +331,7 @@ class CampaignRunner:
             )
         except (ModelResolveError, RecipeError) as exc:
             return self._fail_all(jobs, str(exc), None)
+        version_text, binary_sha256 = _identify(served, installed)
         engine = EngineServed(
             arm=arm,
             engine=served.engine,
@@ -338,7 +343,8 @@ class CampaignRunner:
             model=model,
             drafter=served.drafter,
             install_s=installed.install_s,
-            **_identify(served, installed),
+            version_text=version_text,
+            binary_sha256=binary_sha256,
         )
         engines.append(engine)
         before_mib = gpu_memory_used_mib()
@@ -469,7 +475,7 @@ class CampaignRunner:
         record = JobRecord(
             job_id=job.job_id,
             arm=job.arm,
-            item=job.item,  # type: ignore[arg-type]
+            item=job.item,
             status="failed" if reason else "ok",
             reason=reason,
             started_unix_s=started,
@@ -487,28 +493,43 @@ class CampaignRunner:
         return record
 
     async def _item(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
+        """Runs one suite item; returns the output tokens it generated, where it counts them."""
+        handlers: Mapping[SuiteItem, _ItemHandler] = {
+            "probe": self._probe,
+            "sweep": self._sweep,
+            "gsm8k": self._eval,
+            "bfcl": self._eval,
+        }
+        return await handlers[job.item](job, served, folder)
+
+    async def _probe(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
+        if self.spec.suite.probe is None:
+            raise ValueError(f"suite item {job.item!r} is not configured")
+        request = served.request_settings(self.spec.suite.probe.request)
+        settings = self.spec.suite.probe.model_copy(update={"request": request})
+        async with OpenAIClient(
+            served.base_url, settings=request, max_connections=settings.at_once
+        ) as client:
+            probe = await run_probe(client, settings, ResultWriter(folder))
+        if probe.e2e_tok_s is None:
+            raise RuntimeError(f"no probe request succeeded: {'; '.join(probe.errors)}")
+        return None
+
+    async def _sweep(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
+        if self.spec.suite.sweep is None:
+            raise ValueError(f"suite item {job.item!r} is not configured")
+        request = served.request_settings(self.spec.suite.sweep.request)
+        settings = self.spec.suite.sweep.model_copy(update={"request": request})
+        async with OpenAIClient(
+            served.base_url, settings=request, max_connections=max(settings.levels)
+        ) as client:
+            sweep = await run_sweep(client, settings, ResultWriter(folder))
+        if sweep.counts["measured"] == 0:
+            raise RuntimeError(f"no cell measured ({sweep.counts})")
+        return sum(w.output_tokens for c in sweep.cells for w in c.repeats)
+
+    async def _eval(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
         suite = self.spec.suite
-        writer = ResultWriter(folder)
-        if job.item == "probe" and suite.probe is not None:
-            request = served.request_settings(suite.probe.request)
-            settings = suite.probe.model_copy(update={"request": request})
-            async with OpenAIClient(
-                served.base_url, settings=request, max_connections=settings.at_once
-            ) as client:
-                probe = await run_probe(client, settings, writer)
-            if probe.e2e_tok_s is None:
-                raise RuntimeError(f"no probe request succeeded: {'; '.join(probe.errors)}")
-            return None
-        if job.item == "sweep" and suite.sweep is not None:
-            request = served.request_settings(suite.sweep.request)
-            settings = suite.sweep.model_copy(update={"request": request})
-            async with OpenAIClient(
-                served.base_url, settings=request, max_connections=max(settings.levels)
-            ) as client:
-                sweep = await run_sweep(client, settings, writer)
-            if sweep.counts["measured"] == 0:
-                raise RuntimeError(f"no cell measured ({sweep.counts})")
-            return sum(w.output_tokens for c in sweep.cells for w in c.repeats)
         eval_settings = suite.gsm8k if job.item == "gsm8k" else suite.bfcl
         if eval_settings is None:
             raise ValueError(f"suite item {job.item!r} is not configured")
@@ -525,8 +546,8 @@ class CampaignRunner:
         return summary.completion_tokens
 
 
-def _identify(served: RenderedServe, installed: InstalledEngine) -> dict[str, str | None]:
-    """What exactly will serve: the recipe's version probe output and the binary's sha256."""
+def _identify(served: RenderedServe, installed: InstalledEngine) -> tuple[str | None, str | None]:
+    """What exactly will serve: (the recipe's version probe output, the binary's sha256)."""
     env = {**os.environ, "PATH": installed.path_env()}
     executable = shutil.which(served.argv[0], path=env["PATH"]) if served.argv else None
     digest = None
@@ -546,7 +567,7 @@ def _identify(served: RenderedServe, installed: InstalledEngine) -> dict[str, st
             text = " ".join((out.stdout + out.stderr).split())[:500] or None
         except (OSError, subprocess.TimeoutExpired) as exc:
             text = f"version probe failed: {exc}"
-    return {"version_text": text, "binary_sha256": digest}
+    return text, digest
 
 
 def _tail(path: Path, lines: int = 40) -> str:

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.spec import CampaignSpec
+from contract.suite import SuiteItem
 
 __all__ = [
     "JOB_FILE",
@@ -54,7 +55,7 @@ class JobRecord(_Record):
 
     job_id: str
     arm: str
-    item: Literal["probe", "sweep", "gsm8k", "bfcl"]
+    item: SuiteItem
     status: Literal["ok", "failed"]
     reason: str | None = None
     started_unix_s: float

@@ -39,7 +39,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from contract.evals import BFCLSettings, GSM8KSettings
-from contract.suite import ProbeSettings, Shape, SweepSettings
+from contract.suite import SUITE_ITEMS, ProbeSettings, Shape, SuiteItem, SweepSettings
 
 __all__ = [
     "LOCAL_INSTANCE_TYPE",
@@ -151,9 +151,9 @@ class SuiteSpec(_Spec):
             value = {**value, "shapes": shapes}
         return value
 
-    def items(self) -> list[str]:
+    def items(self) -> list[SuiteItem]:
         """Enabled items in the order they run."""
-        return [n for n in ("probe", "sweep", "gsm8k", "bfcl") if getattr(self, n) is not None]
+        return [n for n in SUITE_ITEMS if getattr(self, n) is not None]
 
 
 class CampaignSpec(_Spec):

@@ -6,20 +6,28 @@ Unknown keys are errors, so a typo in a spec never silently falls back to a defa
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 __all__ = [
     "DEFAULT_LEVELS",
     "DEFAULT_SHAPES",
+    "EVAL_ITEMS",
+    "SUITE_ITEMS",
     "ForceOutputMode",
     "ProbeSettings",
     "PromptCalibration",
     "RequestSettings",
     "Shape",
+    "SuiteItem",
     "SweepSettings",
 ]
+
+# The suite's items, in the order an arm runs them: the one place they are spelled.
+SuiteItem = Literal["probe", "sweep", "gsm8k", "bfcl"]
+SUITE_ITEMS: tuple[SuiteItem, ...] = get_args(SuiteItem)
+EVAL_ITEMS: tuple[SuiteItem, ...] = ("gsm8k", "bfcl")  # scored answers, not speed
 
 MAX_CONCURRENCY = 1024
 ForceOutputMode = Literal["ignore_eos+min_tokens", "ignore_eos", "min_tokens", "none"]

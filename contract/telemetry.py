@@ -77,6 +77,7 @@ _T = TypeVar("_T")
 
 def _from_mapping(cls: type[_T], data: Mapping[str, Any], where: str) -> _T:
     """Build dataclass `cls` from a JSON-shaped mapping; unknown or missing keys are errors."""
+    # Ignored below: cls is always a dataclass here; a TypeVar cannot say so.
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = sorted(set(data) - names)
     if unknown:

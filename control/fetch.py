@@ -406,7 +406,7 @@ def _listed_files(manifest: Any) -> list[tuple[str, int | None, str | None]]:
     if not isinstance(manifest, dict):
         return []
     listed = manifest.get("files")
-    entries: list[tuple[str, Any]] = []
+    entries: list[tuple[object, Any]] = []
     if isinstance(listed, dict):
         entries = list(listed.items())
     elif isinstance(listed, list):

@@ -19,6 +19,8 @@ No subnet and no key pair: the launcher picks a subnet per attempt, and access i
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Size, Tags
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
@@ -68,7 +70,8 @@ class BenchLaunchTemplates(Construct):
             user_data: the bootstrap script.
         """
         super().__init__(scope, id_)
-        common = {
+        # Any: the same props go to both templates; CDK checks them at synth.
+        common: dict[str, Any] = {
             "instance_type": ec2.InstanceType(instance_type),
             "machine_image": ec2.MachineImage.resolve_ssm_parameter_at_launch(
                 ami_parameter, os=ec2.OperatingSystemType.LINUX

@@ -178,7 +178,7 @@ def _parse_azs(raw: object) -> tuple[tuple[str, ...], str]:
 def _parse_instance_type(raw: object) -> tuple[str, str]:
     value = DEFAULT_INSTANCE_TYPE if raw is None else raw
     match = _INSTANCE_TYPE.fullmatch(value) if isinstance(value, str) else None
-    if match is None:
+    if match is None or not isinstance(value, str):
         raise SettingsError(
             f"context 'instance_type': {value!r} is not an EC2 instance type like g6.xlarge"
         )

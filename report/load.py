@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -22,6 +22,7 @@ from contract.evals import EvalSummary
 from contract.jobs import JOB_FILE, MANIFEST_FILE, EngineServed, JobRecord, Manifest
 from contract.layout import JOBS_DIR
 from contract.results import REQUESTS_FILE, SUMMARY_FILE, ProbeSummary, SweepSummary
+from contract.suite import SUITE_ITEMS, SuiteItem
 from contract.telemetry import TELEMETRY_FILE, TelemetrySummary
 
 __all__ = [
@@ -36,8 +37,8 @@ __all__ = [
 ]
 
 _M = TypeVar("_M", bound=BaseModel)
-Item = Literal["probe", "sweep", "gsm8k", "bfcl"]
-ITEMS: tuple[Item, ...] = ("probe", "sweep", "gsm8k", "bfcl")
+Item = SuiteItem
+ITEMS: tuple[Item, ...] = SUITE_ITEMS
 _MAX_DEPTH = 4  # root/<campaign>/<shard>/manifest.json is depth 3; one spare level
 
 

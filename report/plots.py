@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import cycle
 from pathlib import Path
+from typing import Literal, TypedDict
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -29,7 +30,7 @@ __all__ = ["Plot", "draw_all"]
 _COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
 # No "x": it marks an infeasible or failed cell.
 _MARKERS = ("o", "s", "^", "D", "v", "P", "*", "h")
-_DASHES = ("-", "--", "-.", ":")
+_DASHES: tuple[Literal["-", "--", "-.", ":"], ...] = ("-", "--", "-.", ":")
 _MAX_POINTS = 4000
 _DPI = 130
 
@@ -42,7 +43,13 @@ class Plot:
     caption: str
 
 
-def _styles(labels: Sequence[str]) -> dict[str, dict[str, object]]:
+class _Style(TypedDict):
+    color: str
+    marker: str
+    linestyle: Literal["-", "--", "-.", ":"]
+
+
+def _styles(labels: Sequence[str]) -> dict[str, _Style]:
     colours, markers, dashes = cycle(_COLOURS), cycle(_MARKERS), cycle(_DASHES)
     return {
         label: {"color": next(colours), "marker": next(markers), "linestyle": next(dashes)}
@@ -89,7 +96,7 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
                 style = styles[label]
                 ax.errorbar(
                     [c.concurrency for c in ok],
-                    [c.tok_s for c in ok],
+                    [c.tok_s for c in ok if c.tok_s is not None],
                     yerr=[
                         [(c.tok_s or 0) - (c.spread.low if c.spread else c.tok_s or 0) for c in ok],
                         [
@@ -307,14 +314,14 @@ def eval_time_plot(report: Report, out: Path) -> Plot | None:
     width = 0.38
     ax.bar(
         [x - width / 2 for x in xs],
-        [r.plain_s for r in rows],
+        [r.plain_s for r in rows if r.plain_s is not None],
         width,
         label="no drafter",
         color=_COLOURS[0],
     )
     ax.bar(
         [x + width / 2 for x in xs],
-        [r.drafted_s for r in rows],
+        [r.drafted_s for r in rows if r.drafted_s is not None],
         width,
         label="with drafter",
         color=_COLOURS[1],

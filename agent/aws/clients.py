@@ -168,7 +168,7 @@ def classify(exc: BaseException) -> ErrorKind:
     """
     if isinstance(exc, bce.ClientError):
         code = error_code(exc)
-        if code in ERROR_CODES:
+        if code is not None and code in ERROR_CODES:
             return ERROR_CODES[code]
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
         if isinstance(status, int):

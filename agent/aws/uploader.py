@@ -22,6 +22,7 @@ must not put the HF token into S3 or the tarball.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -253,7 +254,7 @@ def restore_done_jobs(
                 target = local / key[len(prefix) :]
                 target.parent.mkdir(parents=True, exist_ok=True)
                 call_with_retry(
-                    lambda key=key, target=target: client.download_file(bucket, key, str(target)),
+                    functools.partial(client.download_file, bucket, key, str(target)),
                     what=f"get s3://{bucket}/{key}",
                     policy=policy,
                 )

@@ -88,11 +88,12 @@ def _install_shims() -> None:
     if registry is None:
         registry = types.ModuleType(registry_name)
         registry.__doc__ = "bench: the checker's model table, our two modes only"
+        # Ignored below: a stand-in module built here: ModuleType has no attributes declared.
         registry.MODEL_CONFIG_MAPPING = {}  # type: ignore[attr-defined]
         sys.modules[registry_name] = registry
     # Also right when the real table is loaded (a full install): it is a plain dict.
     for name, flag in _UNDERSCORE_TO_DOT.items():
-        registry.MODEL_CONFIG_MAPPING.setdefault(name, _CheckerModelConfig(flag))  # type: ignore[attr-defined]
+        registry.MODEL_CONFIG_MAPPING.setdefault(name, _CheckerModelConfig(flag))
     for module_name, function in (
         ("bfcl_eval.model_handler.parser.java_parser", "parse_java_function_call"),
         ("bfcl_eval.model_handler.parser.js_parser", "parse_javascript_function_call"),

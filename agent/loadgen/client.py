@@ -58,7 +58,8 @@ class ServerInfo:
 
 
 def _forced(mode: str) -> list[ForcedOutput]:
-    return [part for part in ("ignore_eos", "min_tokens") if part in mode]  # type: ignore[misc]
+    parts: tuple[ForcedOutput, ...] = ("ignore_eos", "min_tokens")
+    return [part for part in parts if part in mode]
 
 
 class OpenAIClient:

@@ -126,6 +126,7 @@ class StreamRecorder:
     def _event(self, t_ns: int, raw: bytes) -> None:
         if self.first_chunk_ns is None:
             self.first_chunk_ns = t_ns
+        payload: bytes | None
         if raw.startswith(b"data: ") and b"\n" not in raw:
             payload = raw[6:]
         else:

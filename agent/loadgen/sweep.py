@@ -14,6 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Literal, TypedDict
 
 from agent import metrics
 from agent.loadgen.client import ChatRequest, OpenAIClient, ServerInfo
@@ -51,7 +52,17 @@ def count_requests(settings: SweepSettings) -> int:
 
 
 def _is_context_error(error: str | None) -> bool:
-    return bool(error) and any(phrase in error.lower() for phrase in _CONTEXT_ERRORS)
+    return error is not None and any(phrase in error.lower() for phrase in _CONTEXT_ERRORS)
+
+
+class _CellKey(TypedDict):
+    """What names a cell: the fields every CellResult of it shares."""
+
+    shape: str
+    input_tokens: int
+    output_tokens: int
+    concurrency: int
+    mode: Literal["burst", "steady"]
 
 
 class _CellRunner:
@@ -153,7 +164,7 @@ class _CellRunner:
 
     async def run_cell(self, shape: Shape, level: int) -> CellResult:
         s = self.settings
-        base = dict(
+        base = _CellKey(
             shape=shape.name,
             input_tokens=shape.input_tokens,
             output_tokens=shape.output_tokens,
@@ -222,7 +233,7 @@ class _CellRunner:
 
 
 def _cell_from_windows(
-    base: dict[str, object], windows: list[WindowStats], errors: list[str | None]
+    base: _CellKey, windows: list[WindowStats], errors: list[str | None]
 ) -> CellResult:
     measured = [w for w in windows if w.aggregate_output_tok_s is not None]
     status: CellStatus = "ok"
@@ -235,7 +246,7 @@ def _cell_from_windows(
             reason = next((e for e in errors if e), "no window completed")
     rates = sorted(w.aggregate_output_tok_s for w in measured if w.aggregate_output_tok_s)
     return CellResult(
-        **base,  # type: ignore[arg-type]
+        **base,
         status=status,
         reason=reason,
         repeats=windows,

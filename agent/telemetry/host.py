@@ -132,6 +132,7 @@ class HostProbe:
             values.update(self._read_tree(unix_s))
         return HostSample(
             time_unix_s=unix_s, time_perf_ns=perf_ns, job_id=job_id,
+            # Ignored below: values maps the sample's optional psutil fields by name.
             **values,  # type: ignore[arg-type]
         )  # fmt: skip
 

@@ -231,7 +231,7 @@ class TelemetrySampler:
             if thread.is_alive():
                 log.warning("telemetry: sampler thread did not stop within %.0f s", timeout_s)
                 return self.stats()
-        if self._nvml_ok:
+        if self._nvml_ok and self._nvml is not None:
             self._nvml_ok = False
             try:
                 self._nvml.nvmlShutdown()

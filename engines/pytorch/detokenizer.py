@@ -10,6 +10,8 @@ output (or kept, with `include_stop_str_in_output`).
 
 from __future__ import annotations
 
+from typing import cast
+
 from transformers import PreTrainedTokenizerBase
 
 REPLACEMENT = "\ufffd"
@@ -47,7 +49,8 @@ class TextStream:
     def _decode(self, ids: list[int]) -> str:
         if self._backend_decode is not None:
             return self._backend_decode(ids, skip_special_tokens=self.skip_special_tokens)
-        return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
+        # One id list in, one string out: the stub's `list[str]` covers a batch of lists.
+        return cast(str, self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens))
 
     def _new_text(self, final: bool) -> str:
         prefix = self._decode(self.ids[self._prefix_offset : self._read_offset])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,12 +29,14 @@ from torch import nn
 log = logging.getLogger(__name__)
 
 
-def _gemma4_norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+# Any: the modules are transformers' RMSNorm classes, matched by name in FUSED_NORMS;
+# torch types their attributes as `Tensor | Module`.
+def _gemma4_norm(module: Any, x: torch.Tensor) -> torch.Tensor:
     weight = module.weight if module.with_scale else None
     return torch.rms_norm(x, (x.shape[-1],), weight, module.eps)
 
 
-def _llama_norm(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _llama_norm(module: Any, x: torch.Tensor) -> torch.Tensor:
     return torch.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
 
 

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -126,7 +127,7 @@ class DecodeGraphs:
         self.step = step
         self.device = device
         self.graphs: dict[tuple[int, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
-        self.pool: object | None = None
+        self.pool: Any = None  # torch's pool handle type (_POOL_HANDLE) is private
         self.capture_s = 0.0
 
     def __contains__(self, key: tuple[int, int]) -> bool:

@@ -266,6 +266,7 @@ class SlotKVCache:
             k_pool[layout.slot_index, :, layout.write_positions] = key_states[:, :, 0]
             v_pool[layout.slot_index, :, layout.write_positions] = value_states[:, :, 0]
         else:
+            assert isinstance(layout, BatchLayout), "a DecodeLayout writes one token a row"
             slot, end = layout.slots[0], layout.lengths[0]
             start = end - layout.q_len
             k_pool[slot, :, start:end] = key_states[0]

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 from transformers import (
@@ -24,6 +25,7 @@ from transformers import (
     PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
 )
 
 from engines.pytorch.tokenizer import build_byte_tokenizer, generation_ids, stop_token_ids
@@ -45,12 +47,18 @@ class RandomModelSpec:
     max_model_len: int
 
 
-def _token_ids(tok: PreTrainedTokenizerBase) -> dict[str, int]:
-    return {
-        "bos_token_id": tok.bos_token_id,
-        "eos_token_id": tok.eos_token_id,
-        "pad_token_id": tok.pad_token_id,
-    }
+class _TokenIds(TypedDict):
+    bos_token_id: int | None
+    eos_token_id: int | None
+    pad_token_id: int | None
+
+
+def _token_ids(tok: PreTrainedTokenizerBase) -> _TokenIds:
+    return _TokenIds(
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
 
 
 def _tiny_config(tok: PreTrainedTokenizerBase) -> PretrainedConfig:
@@ -88,7 +96,8 @@ def _tiny_gemma4_config(tok: PreTrainedTokenizerBase) -> PretrainedConfig:
         num_attention_heads=4,
         num_key_value_heads=1,
         head_dim=16,
-        global_head_dim=32,
+        # Read from **kwargs by Gemma4TextConfig.__post_init__, so not in its signature.
+        global_head_dim=32,  # type: ignore[call-arg]
         sliding_window=16,
         layer_types=[
             "sliding_attention",
@@ -120,7 +129,7 @@ def _gemma4_e2b_config(tok: PreTrainedTokenizerBase) -> PretrainedConfig:
         num_attention_heads=8,
         num_key_value_heads=1,
         head_dim=256,
-        global_head_dim=512,
+        global_head_dim=512,  # type: ignore[call-arg]  # as above
         sliding_window=512,
         layer_types=(["sliding_attention"] * 4 + ["full_attention"]) * 7,
         num_kv_shared_layers=20,
@@ -223,7 +232,7 @@ def _eos_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list
 
 def build_random_model(
     name: str, *, dtype: torch.dtype, device: torch.device, seed: int = 0
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase, int]:
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, int]:
     """A random model by registry name: seeded weights, the byte tokenizer, its max length."""
     if name not in RANDOM_MODELS:
         known = ", ".join(f"{RANDOM_PREFIX}{n}" for n in RANDOM_MODELS)
@@ -257,6 +266,7 @@ def load_model(
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     output_ids: list[int] | None = None
+    tokenizer: PreTrainedTokenizerBase
     if spec.startswith(RANDOM_PREFIX):
         model, tokenizer, native_len = build_random_model(
             spec.removeprefix(RANDOM_PREFIX), dtype=torch_dtype, device=dev, seed=seed
@@ -265,7 +275,9 @@ def load_model(
     else:
         source = str(Path(spec).expanduser()) if Path(spec).expanduser().exists() else spec
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype).to(dev)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+        # transformers wraps PreTrainedModel.to in a decorator whose stub drops `self`.
+        model = model.to(dev)  # type: ignore[arg-type]
         text_config = model.config.get_text_config()
         native_len = int(getattr(text_config, "max_position_embeddings", DEFAULT_MAX_MODEL_LEN))
     model.eval()

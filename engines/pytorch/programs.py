@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -272,13 +273,16 @@ class Gemma4DecodeProgram:
         max_len: int,
         options: ProgramOptions,
     ) -> None:
-        config = model.config.get_text_config()
+        # Any: torch types a submodule reached by attribute as `Tensor | Module`; these are
+        # transformers' Gemma 4 modules, checked by _check_supported and the tests.
+        hf: Any = model
+        config = hf.config.get_text_config()
         compile_layers = options.compile_mode is not None
         # Gemma4ForCausalLM holds the text decoder as `.model`; the multimodal
         # Gemma4ForConditionalGeneration (what AutoModelForCausalLM loads for the hub's
         # gemma-4 checkpoints) as `.model.language_model`, beside the vision and audio
         # towers, which decode never uses.
-        text = getattr(model.model, "language_model", model.model)
+        text = getattr(hf.model, "language_model", hf.model)
         self._check_supported(config, text)
         dtype = text.embed_tokens.weight.dtype
         device = text.embed_tokens.weight.device
@@ -298,7 +302,7 @@ class Gemma4DecodeProgram:
         self.ple_norm = text.per_layer_projection_norm.weight
         self.ple_input_scale = float(text.per_layer_input_scale)
         self.final_norm = text.norm.weight
-        self.lm_head = model.lm_head.weight
+        self.lm_head = hf.lm_head.weight
         # Rotary tables by layer type, from the model's own rotary module over every
         # position, so a step gathers rows instead of computing cos/sin.
         positions = torch.arange(max_len, device=device)[None, :]
@@ -331,7 +335,7 @@ class Gemma4DecodeProgram:
             # Layers of one kind share shapes and constants, so they share one compiled
             # graph; batch size and KV length become dynamic after their first change.
             torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-            kw: dict[str, object] = {"fullgraph": True, "backend": options.compile_backend}
+            kw: dict[str, Any] = {"fullgraph": True, "backend": options.compile_backend}
             if options.compile_backend == "inductor":  # modes are Inductor's
                 kw["mode"] = options.compile_mode
             self._layer_fn = torch.compile(gemma4_layer, **kw)
@@ -349,7 +353,7 @@ class Gemma4DecodeProgram:
         )
 
     @staticmethod
-    def _check_supported(config: object, text: nn.Module) -> None:
+    def _check_supported(config: object, text: Any) -> None:
         problems = []
         if getattr(config, "enable_moe_block", False):
             problems.append("mixture-of-experts blocks")
@@ -365,7 +369,7 @@ class Gemma4DecodeProgram:
             raise UnsupportedModel(", ".join(problems))
 
     @staticmethod
-    def _layer(index: int, text: nn.Module, config: object) -> Gemma4Layer:
+    def _layer(index: int, text: Any, config: Any) -> Gemma4Layer:
         layer = text.layers[index]
         attn = layer.self_attn
         mlp = layer.mlp
@@ -476,7 +480,7 @@ class Gemma4DecodeProgram:
         )
 
 
-def _kv_producer(config: object, index: int) -> int:
+def _kv_producer(config: Any, index: int) -> int:
     """The layer whose K/V a KV-sharing layer reads: the last layer of its type that
     stores them (transformers' `kv_sharing_modes`)."""
     modes = config.kv_sharing_modes

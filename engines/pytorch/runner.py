@@ -110,7 +110,9 @@ class BatchInvariantLinears:
             if key not in self.strategy:
                 tiled = tiling_is_invariant(module.weight, module.bias, max_rows)
                 self.strategy[key] = "tiled" if tiled else "rowwise"
-            module.forward = functools.partial(self._forward, module)
+            # Replacing the bound method on the instance is the point: every nn.Linear of
+            # the model goes through the batch-invariant product.
+            module.forward = functools.partial(self._forward, module)  # type: ignore[method-assign]
         log.info(
             "batch-invariant linears: %d shapes tiled, %d row-wise",
             sum(v == "tiled" for v in self.strategy.values()),
@@ -360,14 +362,14 @@ class ModelRunner:
         on_device = isinstance(tokens, torch.Tensor)
         step = pad_step(
             slots,
-            [0] * len(slots) if on_device else tokens,
+            [0] * len(slots) if isinstance(tokens, torch.Tensor) else tokens,
             positions,
             buckets=self.buckets,
             capacity=self.cache.capacity,
             scratch_slot=scratch,
         )
         self._copy_inputs(step.host, queued=on_device)
-        if on_device:
+        if isinstance(tokens, torch.Tensor):
             rows = self.step_inputs[TOKENS, : step.bucket]
             if step.in_order:
                 rows[: len(slots)].copy_(tokens)
@@ -408,6 +410,7 @@ class ModelRunner:
         if self.graphs is None:
             return 0
         scratch = self.cache.scratch_slot
+        assert scratch is not None, "graphs are only built over a cache with a scratch slot"
         self.step_inputs.zero_()
         self.step_inputs[SLOTS] = scratch
         count = 0

@@ -38,7 +38,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -323,7 +323,7 @@ class Scheduler:
 
     def _handle(self, kind: str, item: object) -> None:
         if kind == "submit":
-            request, handle = item  # type: ignore[misc]
+            request, handle = cast(tuple[GenerationRequest, object], item)
             self._add(request, handle)
         elif kind == "abort":
             seq = self._by_id.get(str(item))
@@ -428,6 +428,7 @@ class Scheduler:
         ]
         t0 = time.perf_counter()
         try:
+            # Ignored below: every planned sequence holds a slot (Sequence.slot is None only while waiting).
             logits = self.runner.prefill_many(chunks)  # type: ignore[arg-type]
         except Exception:
             # Which prompt broke the pack is unknown: redo them one by one, so only
@@ -437,6 +438,7 @@ class Scheduler:
                 t0 = time.perf_counter()
                 try:
                     row = self.runner.prefill(
+                        # Ignored below: as above: a planned sequence holds a slot.
                         seq.slot,  # type: ignore[arg-type]
                         list(seq.request.prompt_ids[seq.prefilled : seq.prefilled + chunk]),
                         seq.prefilled,
@@ -461,6 +463,7 @@ class Scheduler:
         self._clock.interrupt()
         movers = sorted(
             (seq for seq in self._running if seq.slot is not None and seq.slot >= n),
+            # Ignored below: filtered to sequences with a slot just above.
             key=lambda seq: seq.slot,  # type: ignore[arg-type,return-value]
         )
         holders = {seq.slot: seq for seq in self._waiting if seq.slot is not None}
@@ -475,6 +478,7 @@ class Scheduler:
                 self._free_slots.discard(hole)
                 self._free_slots.add(old)
             seq.slot = hole
+        # Ignored below: running sequences hold slots.
         self._running.sort(key=lambda seq: seq.slot)  # type: ignore[arg-type,return-value]
 
     def _decode_step(self) -> None:
@@ -560,6 +564,7 @@ class Scheduler:
         turn = self._clock.start()
         try:
             logits = self.runner.decode(
+                # Ignored below: running sequences hold slots.
                 [seq.slot for seq in rows],  # type: ignore[misc]
                 tokens,
                 [seq.prompt_len + len(seq.output_ids) - 1 + behind for seq in rows],
@@ -598,6 +603,7 @@ class Scheduler:
         self._clock.read(step.clock_turn, self.metrics)
         for seq, token in zip(step.rows, tokens, strict=True):
             if not seq.done:
+                # Ignored below: the token is the sequence's next id; no logits row to pass.
                 self._accept(seq, None, token)  # type: ignore[arg-type]
         self._running = [s for s in self._running if not s.done]
 
@@ -605,6 +611,7 @@ class Scheduler:
         slots = [s.slot for s in rows]
         tokens = [s.output_ids[-1] for s in rows]
         positions = [s.prompt_len + len(s.output_ids) - 1 for s in rows]
+        # Ignored below: running sequences hold slots.
         return self.runner.decode(slots, tokens, positions)  # type: ignore[arg-type]
 
     def _accept(self, seq: _Sequence, logits: torch.Tensor, token: int | None = None) -> None:

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 import torch
@@ -105,12 +105,13 @@ def _chat_prompt(
 ) -> str:
     try:
         rendered = [m.to_template() for m in messages]
-        return state.loaded.tokenizer.apply_chat_template(
+        # tokenize=False: the template's text (the stub's union covers tokenizing calls).
+        return cast(str, state.loaded.tokenizer.apply_chat_template(
             rendered,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
             **(kwargs or {}),
-        )
+        ))
     except ValueError as e:
         raise ApiError(400, str(e), "messages") from None
     except Exception as e:  # jinja errors from a template: the request's messages or kwargs
@@ -358,6 +359,7 @@ def build_app(state: EngineState) -> Starlette:
 
         def dispatch(batch: list[tuple[object, StepOutput]]) -> None:
             for handle, out in batch:
+                # Ignored below: handles are the asyncio queues _submit registered; the scheduler sees objects.
                 handle.put_nowait(out)  # type: ignore[attr-defined]
 
         def deliver(batch: list[tuple[object, StepOutput]]) -> None:

@@ -14,6 +14,7 @@ torch.compile of the batched step (`--compile-mode`), so each can be measured al
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import statistics
@@ -23,6 +24,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import PreTrainedModel
 
 from engines.pytorch import kernels
 from engines.pytorch.model import LoadedModel, load_model
@@ -44,7 +46,7 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def streamed_weight_bytes(model: nn.Module) -> int:
+def streamed_weight_bytes(model: PreTrainedModel) -> int:
     """Bytes a decode step reads from weights: every parameter except embedding tables
     that are only gathered from (an input embedding tied to the output head counts)."""
     out_emb = model.get_output_embeddings()
@@ -77,13 +79,13 @@ def decode_times(
     # one-prompt forwards would take longer than everything else here.
     groups = [slots[i : i + 16] for i in range(0, batch, 16)]
     prefill_s = sum(
-        _timed(lambda g=g: runner.prefill_many([(s, prompt, 0) for s in g]), runner.device)
+        _timed(functools.partial(runner.prefill_many, [(s, prompt, 0) for s in g]), runner.device)
         for g in groups
     )
     times = []
     for k in range(warmup + steps):
         positions = [prompt_len + k] * batch
-        dt = _timed(lambda p=positions: runner.decode(slots, [5] * batch, p), runner.device)
+        dt = _timed(functools.partial(runner.decode, slots, [5] * batch, positions), runner.device)
         if k >= warmup:
             times.append(dt)
     step = statistics.median(times)
@@ -171,11 +173,18 @@ def generate_baseline(loaded: LoadedModel, prompt_len: int, new_tokens: int) -> 
     model.set_attn_implementation("sdpa")
     try:
         ids = torch.tensor([[(7 * i) % 200 + 1 for i in range(prompt_len)]], device=loaded.device)
-        kwargs = {"do_sample": False, "min_new_tokens": new_tokens, "pad_token_id": 0}
+        kwargs: dict[str, Any] = {
+            "do_sample": False,
+            "min_new_tokens": new_tokens,
+            "pad_token_id": 0,
+        }
+        # `generate` is GenerationMixin's, which a causal LM has and PreTrainedModel's stub
+        # does not list (torch's __getattr__ then types it as a Tensor).
+        generate: Callable[..., object] = model.generate  # type: ignore[assignment]
         with torch.inference_mode():
-            model.generate(ids, max_new_tokens=4, **kwargs)
+            generate(ids, max_new_tokens=4, **kwargs)
             seconds = _timed(
-                lambda: model.generate(ids, max_new_tokens=new_tokens, **kwargs), loaded.device
+                lambda: generate(ids, max_new_tokens=new_tokens, **kwargs), loaded.device
             )
     finally:
         model.set_attn_implementation(previous)

@@ -9,6 +9,8 @@ are the bytes; special tokens follow; the chat template has a thinking switch
 
 from __future__ import annotations
 
+from typing import cast
+
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
@@ -93,4 +95,5 @@ def generation_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
 
 def stop_token_ids(tokenizer: PreTrainedTokenizerFast) -> list[int]:
     """The ids that end a generation for the byte tokenizer: EOS and the end-of-turn marker."""
-    return [tokenizer.convert_tokens_to_ids(EOS), tokenizer.convert_tokens_to_ids(IM_END)]
+    # One token in, one id out: the stub's `int | list[int]` covers a list argument.
+    return [cast(int, tokenizer.convert_tokens_to_ids(token)) for token in (EOS, IM_END)]

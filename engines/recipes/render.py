@@ -364,6 +364,7 @@ def render(
         ready=recipe.ready,
         extra_body=extra_body,
         force_output=recipe.force_output,
+        # Ignored below: fills' values are strings; the recipe's placeholder is the model id.
         served_model=fills["served_model"] or None,  # type: ignore[arg-type]
         files=files,
         settings=values,
