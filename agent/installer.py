@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.supervisor import redact_env
+from contract.errors import BenchError
 from engines.recipes import EngineRecipe, render_install
 from engines.recipes.render import GpuCC
 
@@ -33,7 +34,7 @@ STEP_TIMEOUT_S = 3 * 3600
 LOG_TAIL_LINES = 30
 
 
-class EngineInstallError(RuntimeError):
+class EngineInstallError(BenchError, RuntimeError):
     def __init__(self, engine: str, step: str, reason: str, log_tail: str = "") -> None:
         self.engine, self.step, self.log_tail = engine, step, log_tail
         super().__init__(f"{engine}: install step {step!r} failed: {reason}")

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 from pathlib import Path
 
+from contract.errors import BenchError
 from engines.models.tiny_gguf import write_tiny_gguf
 
 __all__ = ["ModelResolveError", "resolve_model"]
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 _GENERATED = {"tiny-llama": write_tiny_gguf}
 
 
-class ModelResolveError(RuntimeError):
+class ModelResolveError(BenchError, RuntimeError):
     pass
 
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.loadgen.client import ChatRequest, OpenAIClient
+from contract.errors import BenchError
 from contract.suite import RequestSettings
 
 __all__ = [
@@ -102,7 +103,7 @@ class ReadyResult(BaseModel):
         return self
 
 
-class NotReadyError(RuntimeError):
+class NotReadyError(BenchError, RuntimeError):
     """The server never produced a real completion in time; `result` says what it did."""
 
     def __init__(self, result: ReadyResult) -> None:

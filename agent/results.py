@@ -11,12 +11,13 @@ from pathlib import Path
 import orjson
 from pydantic import BaseModel
 
+from contract.errors import BenchError
 from contract.results import REQUESTS_FILE, SUMMARY_FILE, VLLM_EXPORT_FILE, RequestRecord
 
 __all__ = ["ResultWriteError", "ResultWriter"]
 
 
-class ResultWriteError(OSError):
+class ResultWriteError(BenchError, OSError):
     """Results could not be written (disk full, permissions): one clear line, then stop."""
 
 

@@ -220,14 +220,13 @@ class CampaignRunner:
         records: list[JobRecord],
         finished: float | None,
     ) -> Manifest:
-        devices = [d.to_dict() for d in sampler.devices]
         return Manifest(
             agent_version=AGENT_VERSION,
             git_sha=_git_sha(),
             campaign=self.spec,
             shard=self.shard.name,
             host=_host(),
-            gpus=devices,
+            gpus=list(sampler.devices),
             nvidia_driver=self.gpu.driver,
             cuda=self.gpu.cuda,
             instance=self.instance,
@@ -237,7 +236,7 @@ class CampaignRunner:
             jobs=[j.job_id for j in self.jobs],
             jobs_ok=sorted({j.job_id for j in self.jobs if self.is_done(j)}),
             jobs_failed=[r.job_id for r in records if r.status == "failed"],
-            sampler=sampler.stats().to_dict() if finished else None,
+            sampler=sampler.stats() if finished else None,
         )
 
     # -- the run ---------------------------------------------------------------------
@@ -471,7 +470,7 @@ class CampaignRunner:
         if self._interrupted.is_set():
             reason = "interrupted (the machine is being taken away); rerun to measure"
         _copy_from(log_path, offset, folder / SERVER_LOG_FILE)
-        telemetry = sampler.summary(job.job_id, output_tokens).to_dict()
+        telemetry = sampler.summary(job.job_id, output_tokens)
         record = JobRecord(
             job_id=job.job_id,
             arm=job.arm,

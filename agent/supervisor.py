@@ -28,6 +28,8 @@ from types import TracebackType
 import httpx
 import psutil
 
+from contract.errors import BenchError
+
 log = logging.getLogger(__name__)
 
 HEALTH_POLL_S = 0.5
@@ -39,7 +41,7 @@ LOG_TAIL_LINES = 40
 PORT_RELEASE_S = 5.0
 
 
-class EngineError(RuntimeError):
+class EngineError(BenchError, RuntimeError):
     """An engine server failed; `engine` names it and `log_tail` holds its last lines."""
 
     def __init__(self, engine: str, reason: str, log_tail: str = "", log_path: Path | None = None):

@@ -1,7 +1,8 @@
 """`bench`: the one console script. Parses flags, calls the parts, prints short tables.
 
 Imports of heavy parts happen inside each command so `bench --help` stays instant.
-Errors a user can fix are printed as one line on stderr with exit status 2.
+Expected failures (contract.errors.BenchError) are printed as one line on stderr with exit
+status 2; anything else is a bug and shows its traceback, saying so.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import json
 import logging
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from contract.errors import BenchError
 from contract.layout import STACK_NAME
 
 __all__ = ["main"]
@@ -25,7 +28,7 @@ CAMPAIGN_COMMANDS = ("launch", "status", "fetch", "cleanup")
 STACK_ENV = "BENCH_STACK"  # overrides the stack name, as --stack does
 
 
-class UserError(Exception):
+class UserError(BenchError):
     """A problem with what the user asked for: printed as one line, exit status 2."""
 
 
@@ -322,12 +325,15 @@ async def _probe(args: argparse.Namespace) -> int:
     from cli.tables import probe_table
     from contract.suite import ProbeSettings
 
-    settings = ProbeSettings(
-        output_tokens=args.output_tokens,
-        repeats=args.repeats,
-        at_once=args.at_once,
-        request=_request_settings(args),
-    )
+    try:
+        settings = ProbeSettings(
+            output_tokens=args.output_tokens,
+            repeats=args.repeats,
+            at_once=args.at_once,
+            request=_request_settings(args),
+        )
+    except ValidationError as exc:
+        raise UserError(_one_line(exc)) from exc
     out = args.out or _default_out("probe")
     writer = ResultWriter(out)
     total = settings.repeats * len(PROBE_PROMPTS) + settings.at_once
@@ -357,19 +363,22 @@ async def _sweep(args: argparse.Namespace) -> int:
         shapes = tuple(Shape.parse(s) for s in args.shapes.split(",") if s.strip())
     except ValueError as exc:
         raise UserError(f"--shapes: {exc}") from exc
-    settings = SweepSettings(
-        shapes=shapes,
-        levels=args.levels,
-        repeats=args.repeats,
-        mode=args.mode,
-        warmup=not args.no_warmup,
-        steady_window_s=args.window_s,
-        steady_warmup_s=args.warmup_s,
-        max_cell_s=args.max_cell_s,
-        slo_ttft_ms=args.slo_ttft_ms,
-        slo_tpot_ms=args.slo_tpot_ms,
-        request=_request_settings(args),
-    )
+    try:
+        settings = SweepSettings(
+            shapes=shapes,
+            levels=args.levels,
+            repeats=args.repeats,
+            mode=args.mode,
+            warmup=not args.no_warmup,
+            steady_window_s=args.window_s,
+            steady_warmup_s=args.warmup_s,
+            max_cell_s=args.max_cell_s,
+            slo_ttft_ms=args.slo_ttft_ms,
+            slo_tpot_ms=args.slo_tpot_ms,
+            request=_request_settings(args),
+        )
+    except ValidationError as exc:
+        raise UserError(_one_line(exc)) from exc
     out = args.out or _default_out("sweep")
     writer = ResultWriter(out)
     async with OpenAIClient(
@@ -430,10 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from cli.control import run_control
 
             return run_control(args)
-    except (UserError, ConnectionError, ValueError) as exc:
-        print(f"bench {args.command}: {_one_line(exc)}", file=sys.stderr)
-        return 2
-    except OSError as exc:
+    except BenchError as exc:
         print(f"bench {args.command}: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -441,6 +447,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"bench {args.command}: interrupted; results written so far are kept", file=sys.stderr
         )
         return 130
+    except Exception:
+        traceback.print_exc()
+        print(
+            f"bench {args.command}: this is a bug in bench, not a problem with your input; "
+            "the traceback above says where",
+            file=sys.stderr,
+        )
+        return 1
     return 2
 
 

@@ -75,7 +75,7 @@ def jobs_table(records: Sequence[JobRecord]) -> Table:
     for column in ("job", "status", "ready s", "first completion s", "J/token", "reason"):
         table.add_column(column)
     for r in records:
-        joules = (r.telemetry or {}).get("joules_per_output_token")
+        joules = r.telemetry.joules_per_output_token if r.telemetry else None
         table.add_row(
             r.job_id,
             r.status,

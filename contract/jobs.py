@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contract.spec import CampaignSpec
 from contract.suite import SuiteItem
+from contract.telemetry import GpuDeviceInfo, SamplerStats, TelemetrySummary
 
 __all__ = [
     "JOB_FILE",
@@ -66,9 +67,7 @@ class JobRecord(_Record):
     ready_s: float | None = None
     output_tokens: int | None = None
     server_log_tail: str | None = Field(None, description="last lines, for failed jobs")
-    telemetry: dict[str, object] | None = Field(
-        None, description="contract.telemetry.TelemetrySummary.to_dict() for the job"
-    )
+    telemetry: TelemetrySummary | None = Field(None, description="the job's telemetry")
 
 
 class HostInfo(_Record):
@@ -88,7 +87,7 @@ class Manifest(_Record):
     campaign: CampaignSpec
     shard: str
     host: HostInfo
-    gpus: list[dict[str, object]] = Field(description="contract.telemetry.GpuDeviceInfo dicts")
+    gpus: list[GpuDeviceInfo] = Field(description="every GPU the sampler found")
     nvidia_driver: str | None = None
     cuda: str | None = None
     instance: dict[str, str] | None = Field(None, description="from IMDSv2 on AWS")
@@ -98,4 +97,4 @@ class Manifest(_Record):
     jobs: list[str] = Field(default_factory=list, description="every job of the shard, in order")
     jobs_ok: list[str] = Field(default_factory=list)
     jobs_failed: list[str] = Field(default_factory=list)
-    sampler: dict[str, object] | None = None
+    sampler: SamplerStats | None = Field(None, description="what sampling cost, at the end")

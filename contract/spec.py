@@ -38,6 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from contract.errors import BenchError
 from contract.evals import BFCLSettings, GSM8KSettings
 from contract.suite import SUITE_ITEMS, ProbeSettings, Shape, SuiteItem, SweepSettings
 
@@ -60,7 +61,7 @@ _INSTANCE_TYPE = re.compile(r"^(local|[a-z][a-z0-9-]*\.[a-z0-9]+)$")
 SettingValue = str | int | float | bool
 
 
-class SpecError(ValueError):
+class SpecError(BenchError, ValueError):
     """A campaign spec that cannot run: one line naming the file and the field."""
 
 

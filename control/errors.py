@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from botocore.exceptions import ClientError, HTTPClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from contract.errors import BenchError
+
 __all__ = [
     "CONNECTION_ERROR_CODE",
     "LAUNCH_ERRORS",
@@ -36,7 +38,7 @@ __all__ = [
 ]
 
 
-class ControlError(Exception):
+class ControlError(BenchError):
     """Something the user can fix (no stack, no credentials, bad spec, unknown campaign).
 
     The message is one line; the CLI prints it and exits with status 2.

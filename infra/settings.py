@@ -23,6 +23,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from contract.errors import BenchError
 from contract.gpus import GPU_FAMILIES
 
 __all__ = [
@@ -73,7 +74,7 @@ _TRUE = frozenset({"true", "yes", "1"})
 _FALSE = frozenset({"false", "no", "0"})
 
 
-class SettingsError(ValueError):
+class SettingsError(BenchError, ValueError):
     """A context value is unusable; the message is one line that names the key."""
 
 

@@ -32,7 +32,14 @@ from contract.gpus import gpu_family
 from contract.results import RequestRecord, SweepSummary
 from contract.spec import LOCAL_INSTANCE_TYPE
 from report.energy import CellEnergy, read_gpu_series, sweep_energy
-from report.load import ITEMS, ArmResults, CampaignResults, ShardResults, requests_path
+from report.load import (
+    ITEMS,
+    ArmResults,
+    CampaignResults,
+    ResultsError,
+    ShardResults,
+    requests_path,
+)
 from report.prices import HourlyPrice, PriceBook, SpotPaid
 
 __all__ = [
@@ -826,7 +833,7 @@ def _scope(campaign: CampaignResults) -> list[str]:
     lines.append(f"Campaign {spec.name}: {spec.description or 'no description'}; model {model}.")
     for shard in campaign.shards:
         m = shard.manifest
-        gpus = sorted({str(g.get("name")) for g in m.gpus}) if m.gpus else []
+        gpus = sorted({g.name for g in m.gpus})
         family = gpu_family(shard.instance_type)
         gpu = ", ".join(gpus) or (
             f"{family.gpu} expected for {shard.instance_type}, but none was sampled"
@@ -939,7 +946,7 @@ def build_report(
     else:
         base = campaign.arm(baseline)
         if base is None:
-            raise ValueError(f"--baseline {baseline!r} is not an arm here ({', '.join(labels)})")
+            raise ResultsError(f"--baseline {baseline!r} is not an arm here ({', '.join(labels)})")
     spec = campaign.shards[0].manifest.campaign
     probe = _probe_rows(arms, base)
     drafters = _drafter_rows(arms, probe)

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from contract.errors import BenchError
 from contract.evals import EvalSummary
 from contract.jobs import JOB_FILE, MANIFEST_FILE, EngineServed, JobRecord, Manifest
 from contract.layout import JOBS_DIR
@@ -42,7 +43,7 @@ ITEMS: tuple[Item, ...] = SUITE_ITEMS
 _MAX_DEPTH = 4  # root/<campaign>/<shard>/manifest.json is depth 3; one spare level
 
 
-class ResultsError(ValueError):
+class ResultsError(BenchError, ValueError):
     """The folder is not a results folder (or holds more than one campaign): one line."""
 
 
@@ -85,7 +86,7 @@ class ArmResults:
         record = self.jobs.get(item)
         if record is None or record.telemetry is None:
             return None
-        return TelemetrySummary.from_dict(record.telemetry)
+        return record.telemetry
 
 
 @dataclass(frozen=True)

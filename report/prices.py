@@ -26,6 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from contract.errors import BenchError
+
 __all__ = [
     "DEFAULT_TABLE",
     "PRICING_REGION",
@@ -62,7 +64,7 @@ _SPOT_PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 _TAG = re.compile(r"<[^>]*>")
 
 
-class PriceError(RuntimeError):
+class PriceError(BenchError, RuntimeError):
     """AWS could not give a price (no permission, no network, an unknown type)."""
 
 

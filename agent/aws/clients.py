@@ -34,6 +34,8 @@ import boto3
 import botocore.exceptions as bce
 from botocore.config import Config
 
+from contract.errors import BenchError
+
 __all__ = [
     "AwsCallError",
     "ClientSettings",
@@ -183,7 +185,7 @@ def classify(exc: BaseException) -> ErrorKind:
     return _K.INVALID
 
 
-class AwsCallError(RuntimeError):
+class AwsCallError(BenchError, RuntimeError):
     """An AWS call failed for good (not retryable, or out of time); the message says which."""
 
     def __init__(self, what: str, kind: ErrorKind, detail: str, code: str | None = None):

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.errors import BenchError
 from contract.layout import TAG_CAMPAIGN, TAG_SHARD
 from contract.status import Market
 
@@ -56,7 +57,7 @@ MAX_TTL_S = 21600  # AWS's upper bound for a token's TTL (6 hours)
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
-class ImdsError(RuntimeError):
+class ImdsError(BenchError, RuntimeError):
     """IMDS could not answer (not on EC2, IMDS off, or a required item is missing)."""
 
 

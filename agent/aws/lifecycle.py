@@ -181,7 +181,8 @@ class MaxRuntimeWatchdog:
 
             def expire() -> None:
                 try:
-                    # Ignored below: checked not None above; mypy does not carry that into the closure.
+                    # Ignored below: checked not None above; mypy does not carry that into the
+                    # closure.
                     self._on_expire()  # type: ignore[misc]
                 except Exception:
                     log.exception("max runtime: on_expire failed")

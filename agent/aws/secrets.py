@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from agent.aws.clients import AwsCallError, ErrorKind, RetryPolicy, call_with_retry, make_client
+from contract.errors import BenchError
 from contract.layout import AGENT_ENV_HF_SECRET_ID
 
 __all__ = [
@@ -55,7 +56,7 @@ _registry_lock = threading.Lock()
 _registry: set[str] = set()
 
 
-class SecretError(RuntimeError):
+class SecretError(BenchError, RuntimeError):
     """The secret could not be used; the message names the secret id, never the value."""
 
 

@@ -44,6 +44,7 @@ from agent.aws.clients import (
     make_client,
 )
 from agent.aws.secrets import known_secret_values, redact_bytes
+from contract.errors import BenchError
 from contract.layout import (
     AGENT_ENV_BUCKET,
     JOBS_DIR,
@@ -77,7 +78,7 @@ _TEMP_SUFFIX = ".bench-tmp"  # files this module is writing (scrubbed copies, ta
 _scrub_lock = threading.Lock()
 
 
-class UploadError(RuntimeError):
+class UploadError(BenchError, RuntimeError):
     """A results or spec transfer failed for good; the message names the object."""
 
 

@@ -91,7 +91,8 @@ def load_run(job_dir: Path, label: str | None = None) -> EvalRun:
     if summary is not None:
         eval_name, headline = summary.eval, summary.headline
     elif len(names) == 1:
-        # Ignored below: names holds the eval names read from the answers, which are EvalName values.
+        # Ignored below: names holds the eval names read from the answers, which are EvalName
+        # values.
         eval_name = names.pop()  # type: ignore[assignment]
         headline = "flexible-extract" if eval_name == "gsm8k" else "ast"
     else:

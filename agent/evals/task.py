@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from contract.errors import BenchError
 from contract.evals import (
     BFCLScore,
     BFCLSettings,
@@ -22,7 +23,7 @@ from contract.evals import (
 __all__ = ["DataError", "EvalTask", "Prepared", "Question", "Reply", "Scored"]
 
 
-class DataError(ValueError):
+class DataError(BenchError, ValueError):
     """Eval data is missing, altered or unreadable: one clear line."""
 
 

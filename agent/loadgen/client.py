@@ -17,10 +17,11 @@ import orjson
 
 from agent.loadgen.sse import StreamRecorder
 from agent.loadgen.transport import Transport, TransportName, make_transport
+from contract.errors import BenchError
 from contract.results import ChunkTokenSource, ForcedOutput, RequestRecord
 from contract.suite import RequestSettings
 
-__all__ = ["ChatRequest", "OpenAIClient", "ServerInfo", "normalise_base_url"]
+__all__ = ["ChatRequest", "OpenAIClient", "ServerError", "ServerInfo", "normalise_base_url"]
 
 log = logging.getLogger(__name__)
 
@@ -28,11 +29,16 @@ API_KEY_ENV = "BENCH_API_KEY"
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 
+class ServerError(BenchError, ConnectionError):
+    """The server under test is unusable before anything is measured: unreachable, no
+    model list, or a URL that names no server."""
+
+
 def normalise_base_url(url: str) -> str:
     """'http://h:8000/v1/' -> 'http://h:8000' (paths are added per endpoint)."""
     url = url.strip().rstrip("/")
     if "://" not in url:
-        raise ValueError(f"URL {url!r} needs a scheme, e.g. http://127.0.0.1:8080")
+        raise ServerError(f"URL {url!r} needs a scheme, e.g. http://127.0.0.1:8080")
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
@@ -102,20 +108,20 @@ class OpenAIClient:
     async def server_info(self) -> ServerInfo:
         """The served model id and context length, from /v1/models (and llama.cpp's /props).
 
-        Raises `ConnectionError` with one clear line if the server cannot be reached.
+        Raises `ServerError` with one clear line if the server cannot be reached.
         """
         try:
             response = await self._http.get("/v1/models")
         except httpx.HTTPError as exc:
-            raise ConnectionError(f"cannot reach {self.base_url}: {exc}") from exc
+            raise ServerError(f"cannot reach {self.base_url}: {exc}") from exc
         if response.status_code != 200:
-            raise ConnectionError(f"{self.base_url}/v1/models answered HTTP {response.status_code}")
+            raise ServerError(f"{self.base_url}/v1/models answered HTTP {response.status_code}")
         try:
             entries = response.json().get("data") or []
         except ValueError as exc:
-            raise ConnectionError(f"{self.base_url}/v1/models did not return JSON") from exc
+            raise ServerError(f"{self.base_url}/v1/models did not return JSON") from exc
         if not entries:
-            raise ConnectionError(f"{self.base_url}/v1/models lists no model")
+            raise ServerError(f"{self.base_url}/v1/models lists no model")
         entry = next((e for e in entries if e.get("id") == self.model), entries[0])
         context = entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx_train")
         slot_context = await self._llamacpp_slot_context()

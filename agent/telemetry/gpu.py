@@ -304,7 +304,8 @@ class GpuDevice:
                 self._warn_once(name, f"{name} read failed: {type(exc).__name__}: {exc}")
         return GpuSample(
             time_unix_s=unix_s, time_perf_ns=perf_ns, job_id=job_id, gpu_index=self.index,
-            # Ignored below: values maps the sample's optional NVML fields by name (a read may fail).
+            # Ignored below: values maps the sample's optional NVML fields by name (a read may
+            # fail).
             **values,  # type: ignore[arg-type]
         )  # fmt: skip
 

@@ -138,5 +138,6 @@ def read_telemetry_csv(path: Path) -> Iterator[Sample]:
             else:
                 raise ValueError(f"{path}:{lineno}: unknown source {source!r}")
             values = {n: _parse(n, cells[n]) for n in names if n != "source"}
-            # Ignored below: the CSV's column names are the sample's fields, checked by _HOST_ROW/_GPU_ROW above.
+            # Ignored below: the CSV's column names are the sample's fields, checked by
+            # _HOST_ROW/_GPU_ROW above.
             yield GpuSample(**values) if source == "gpu" else HostSample(**values)  # type: ignore[arg-type]

@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contract.errors import BenchError
+
 log = logging.getLogger(__name__)
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -95,7 +97,7 @@ BASE_CMAKE_FLAGS: tuple[str, ...] = (
 )
 
 
-class LlamaCppBuildError(RuntimeError):
+class LlamaCppBuildError(BenchError, RuntimeError):
     """A step of the llama.cpp build failed; the message carries the build log's tail."""
 
 

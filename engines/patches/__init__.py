@@ -20,6 +20,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.errors import BenchError
+
 __all__ = [
     "PATCHES",
     "PATCH_DIR",
@@ -112,7 +114,7 @@ def patch_path(name: str) -> Path:
     return PATCH_DIR / f"{name}.patch"
 
 
-class PatchApplyError(ValueError):
+class PatchApplyError(BenchError, ValueError):
     """A hunk's context is not in the file exactly as the patch expects."""
 
 

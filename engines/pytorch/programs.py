@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from contract.errors import BenchError
 from engines.pytorch import attention_kernel, kernels
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
 
@@ -46,7 +47,7 @@ ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-class UnsupportedModel(ValueError):
+class UnsupportedModel(BenchError, ValueError):
     """The model has a feature the program does not implement (the generic step runs)."""
 
 

@@ -12,10 +12,11 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from contract.errors import BenchError
 from engines.pytorch.scheduler import StepOutput
 
 
-class ApiError(Exception):
+class ApiError(BenchError):
     """An error answered to the client: HTTP status, message, OpenAI error type, field."""
 
     TYPES: ClassVar[dict[int, str]] = {

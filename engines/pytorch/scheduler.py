@@ -428,7 +428,8 @@ class Scheduler:
         ]
         t0 = time.perf_counter()
         try:
-            # Ignored below: every planned sequence holds a slot (Sequence.slot is None only while waiting).
+            # Ignored below: every planned sequence holds a slot (Sequence.slot is None only while
+            # waiting).
             logits = self.runner.prefill_many(chunks)  # type: ignore[arg-type]
         except Exception:
             # Which prompt broke the pack is unknown: redo them one by one, so only

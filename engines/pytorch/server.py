@@ -359,7 +359,8 @@ def build_app(state: EngineState) -> Starlette:
 
         def dispatch(batch: list[tuple[object, StepOutput]]) -> None:
             for handle, out in batch:
-                # Ignored below: handles are the asyncio queues _submit registered; the scheduler sees objects.
+                # Ignored below: handles are the asyncio queues _submit registered; the scheduler
+                # sees objects.
                 handle.put_nowait(out)  # type: ignore[attr-defined]
 
         def deliver(batch: list[tuple[object, StepOutput]]) -> None:

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.errors import BenchError
 from contract.suite import ForceOutputMode, RequestSettings
 from engines.patches import PATCH_DIR, PATCHES
 from engines.recipes.schema import (
@@ -46,7 +47,7 @@ __all__ = [
 GpuCC = str | float | tuple[int, int] | None
 
 
-class RecipeError(ValueError):
+class RecipeError(BenchError, ValueError):
     """Bad input for a recipe: the message is one line naming the engine and the reason."""
 
     def __init__(self, engine: str, reason: str) -> None:
