@@ -39,7 +39,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from agent import metrics
+from contract import metrics
 from contract.results import RequestRecord
 from tests.fixtures.reference_server import GroundTruthRequest, reference_server
 

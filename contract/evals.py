@@ -3,7 +3,7 @@
 An eval job folder holds `answers.jsonl` (one `AnswerRecord` per question, appended as each
 answer is scored) and `summary.json` (an `EvalSummary`, replaced after every answer), so a
 lost instance loses at most the question in flight. `bench report` reads these, and
-`agent.evals.compare` turns two or more runs into a `Comparison`.
+`contract.paired` turns two or more runs into a `Comparison`.
 
 A failed request, an empty, cut-off or unparseable reply is data: it is an `AnswerRecord`
 scored wrong with its reason, never an exception.
@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from contract.errors import BenchError
 from contract.suite import RequestSettings
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "BFCLScore",
     "BFCLSettings",
     "Comparison",
+    "DataError",
     "EvalName",
     "EvalSummary",
     "FilterResult",
@@ -37,6 +39,10 @@ __all__ = [
     "ToolCall",
     "Verdict",
 ]
+
+
+class DataError(BenchError, ValueError):
+    """Eval data is missing, altered or unreadable: one clear line."""
 
 ANSWERS_FILE = "answers.jsonl"
 # The bfcl-eval release whose questions, possible answers and AST checker we score with.

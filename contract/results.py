@@ -3,7 +3,7 @@
 Every time stamp is an integer from `time.perf_counter_ns()` (CLOCK_MONOTONIC on Linux), so
 deltas are exact and comparable across processes of one host. A run also records one
 (`wall_anchor_unix_s`, `wall_anchor_ns`) pair so samples taken by other clocks (telemetry)
-can be placed on the same axis. Durations are derived later, in `agent.metrics`; nothing
+can be placed on the same axis. Durations are derived later, in `contract.metrics`; nothing
 here computes.
 """
 

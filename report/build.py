@@ -3,8 +3,8 @@
 Every number here is read from a summary the agent wrote, or is the documented arithmetic
 on such numbers: a ratio of two of them, a price divided by a throughput, an energy divided
 by tokens. Statistics that need the raw records are computed by the code that defines them
-(`agent.metrics` for the probe's per-repeat figures, `agent.evals.compare` for the paired
-accuracy comparison, `agent.telemetry.summary` for energy).
+(`contract.metrics` for the probe's per-repeat figures, `contract.paired` for the paired
+accuracy comparison, `contract.telemetry_summary` for energy).
 
 Run-to-run spread, and when a ratio is "not a difference":
 - probe: the geometric mean over the six prompts of each repeat on its own (n = repeats),
@@ -24,11 +24,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from agent import metrics
-from agent.evals.compare import compare_runs, load_run
-from agent.evals.task import DataError
-from contract.evals import Comparison, EvalSummary
+from contract import metrics
+from contract.evals import Comparison, DataError, EvalSummary
 from contract.gpus import gpu_family
+from contract.paired import compare_runs, load_run
 from contract.results import RequestRecord, SweepSummary
 from contract.spec import LOCAL_INSTANCE_TYPE
 from report.energy import CellEnergy, read_gpu_series, sweep_energy

@@ -6,7 +6,7 @@ span is taken from the records it was computed from: it ends at the last finish 
 measured requests and lasts the window's `duration_s` (for a burst that is exactly first
 send -> last finish; for a steady window, its fixed length ending at the last finish
 counted). The energy is the counter's delta between the last GPU sample at or before the
-window's start and the first at or after its end, folded by `agent.telemetry.summary`
+window's start and the first at or after its end, folded by `contract.telemetry_summary`
 (the same code as the per-job figure: counter resets handled, GPUs summed, None unless
 every GPU had the counter). So up to one sample period (100 ms) of the idle gap at each
 edge is included; the report says so. J/token of a cell = the energy of its measured
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import orjson
 
-from agent.telemetry.samples import GpuSample, read_telemetry_csv
-from agent.telemetry.summary import summarize
 from contract.results import CellResult, SweepSummary
+from contract.telemetry_samples import GpuSample, read_telemetry_csv
+from contract.telemetry_summary import summarize
 
 __all__ = [
     "CellEnergy",

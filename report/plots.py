@@ -19,7 +19,7 @@ from typing import Literal, TypedDict
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from agent.telemetry.samples import GpuSample, HostSample, read_telemetry_csv
+from contract.telemetry_samples import GpuSample, HostSample, read_telemetry_csv
 from report.build import Report, SweepGrid
 from report.load import ShardResults
 

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from contract.errors import BenchError
 from contract.evals import (
     BFCLScore,
     BFCLSettings,
+    DataError,
     EvalName,
     GSM8KScore,
     GSM8KSettings,
@@ -21,10 +21,6 @@ from contract.evals import (
 )
 
 __all__ = ["DataError", "EvalTask", "Prepared", "Question", "Reply", "Scored"]
-
-
-class DataError(BenchError, ValueError):
-    """Eval data is missing, altered or unreadable: one clear line."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Callable
 
-from agent import metrics
 from agent.loadgen.client import ChatRequest, OpenAIClient
 from agent.results import ResultWriter
+from contract import metrics
 from contract.results import ProbePrompt, ProbeSummary, RequestRecord
 from contract.suite import ProbeSettings
 

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Literal, TypedDict
 
-from agent import metrics
 from agent.loadgen.client import ChatRequest, OpenAIClient, ServerInfo
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
 from agent.loadgen.vllm_export import vllm_bench_serve_run
 from agent.results import ResultWriter
+from contract import metrics
 from contract.results import CellResult, CellStatus, RequestRecord, SweepSummary, WindowStats
 from contract.suite import PromptCalibration, Shape, SweepSettings
 

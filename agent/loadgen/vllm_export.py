@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from datetime import datetime
 
-from agent import metrics
+from contract import metrics
 from contract.results import RequestRecord, WindowStats
 
 __all__ = ["vllm_bench_serve_run"]

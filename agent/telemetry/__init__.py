@@ -5,8 +5,8 @@ from the NVML counter, joules per output token).
 - `sampler`: `TelemetrySampler`, the thread the runner starts once and tells about jobs.
 - `gpu`: NVML probing and reads (capabilities probed once, errors never raised).
 - `host`: psutil reads of the host and the engine's process tree.
-- `samples`: the sample records and their CSV rows (columns in `contract.telemetry`).
-- `summary`: the per-job fold over samples.
+- the sample records, their CSV rows and the per-job fold over samples are pure and shared
+  with reports: `contract.telemetry_samples` and `contract.telemetry_summary`.
 
 Imports only the standard library, `contract`, and (optionally) pynvml and psutil, so the
 GPU check script (benchmarks/telemetry_gpu_check.py) runs where only torch and
@@ -14,8 +14,8 @@ nvidia-ml-py are installed.
 """
 
 from agent.telemetry.sampler import AUTO, TelemetrySampler
-from agent.telemetry.samples import GpuSample, HostSample, Sample, read_telemetry_csv
-from agent.telemetry.summary import JobAccumulator, summarize
+from contract.telemetry_samples import GpuSample, HostSample, Sample, read_telemetry_csv
+from contract.telemetry_summary import JobAccumulator, summarize
 
 __all__ = [
     "AUTO",

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.telemetry.samples import GpuSample
 from contract.telemetry import GpuDeviceInfo
+from contract.telemetry_samples import GpuSample
 
 __all__ = ["GPU_READINGS", "GpuDevice", "GpuReading", "load_nvml", "nvml_error_code", "open_gpus"]
 

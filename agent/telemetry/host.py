@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from agent.telemetry.samples import HostSample
+from contract.telemetry_samples import HostSample
 
 __all__ = ["HostProbe", "load_psutil"]
 

@@ -3,7 +3,7 @@
 Every `gpu_interval_s` (100 ms) it reads each GPU through NVML, every `host_interval_s`
 (1 s) the host and the engine's process tree through psutil, and writes one row per read,
 tagged with the job running. The CSV is flushed every `flush_interval_s`; nothing is kept
-in memory but one small running summary per job (agent.telemetry.summary), so memory does
+in memory but one small running summary per job (contract.telemetry_summary), so memory does
 not grow with the run.
 
 Job boundaries are sampled, not guessed: `set_job` hands the switch to the thread, which
@@ -33,9 +33,9 @@ from typing import Any, Literal, TextIO
 
 from agent.telemetry.gpu import GpuDevice, init_nvml, load_nvml, open_gpus
 from agent.telemetry.host import HostProbe, load_psutil
-from agent.telemetry.samples import Sample
-from agent.telemetry.summary import JobAccumulator
 from contract.telemetry import TELEMETRY_COLUMNS, GpuDeviceInfo, SamplerStats, TelemetrySummary
+from contract.telemetry_samples import Sample
+from contract.telemetry_summary import JobAccumulator
 
 __all__ = ["AUTO", "TelemetrySampler"]
 

@@ -1,4 +1,4 @@
-"""Every metric in agent.metrics, checked on records built from hand-picked nanoseconds."""
+"""Every metric in contract.metrics, checked on records built from hand-picked nanoseconds."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from agent import metrics
+from contract import metrics
 from contract.results import RequestRecord
 
 MS = 1_000_000

@@ -22,8 +22,6 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.telemetry.samples import GpuSample, HostSample
-from agent.telemetry.summary import summarize
 from contract.evals import AnswerRecord, BFCLSettings, EvalSummary, GSM8KSettings, MarkCount
 from contract.jobs import EngineServed, HostInfo, JobRecord, Manifest
 from contract.results import (
@@ -37,6 +35,8 @@ from contract.results import (
 )
 from contract.spec import CampaignSpec, parse_campaign
 from contract.telemetry import TELEMETRY_COLUMNS
+from contract.telemetry_samples import GpuSample, HostSample
+from contract.telemetry_summary import summarize
 
 __all__ = ["GPU_STEP_NS", "Handmade", "write_handmade"]
 

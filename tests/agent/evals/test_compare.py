@@ -12,7 +12,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from agent.evals.compare import (
+from contract.evals import (
+    ANSWERS_FILE,
+    AnswerRecord,
+    DataError,
+    EvalSummary,
+    GSM8KSettings,
+    MarkCount,
+)
+from contract.paired import (
     CI_METHOD,
     PairedCounts,
     compare_runs,
@@ -24,8 +32,6 @@ from agent.evals.compare import (
     verdict,
     wilson_interval,
 )
-from agent.evals.task import DataError
-from contract.evals import ANSWERS_FILE, AnswerRecord, EvalSummary, GSM8KSettings, MarkCount
 from contract.results import SUMMARY_FILE
 
 

@@ -18,7 +18,7 @@ import statistics
 
 import pytest
 
-from agent import metrics
+from contract import metrics
 from tests.agent.loadgen.conftest import send_many
 from tests.fixtures.reference_server import ReferenceServer
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import orjson
 
-from agent.evals.task import DataError
 from contract.evals import (
     ANSWERS_FILE,
     AnswerRecord,
     Comparison,
+    DataError,
     EvalName,
     EvalSummary,
     NoiseFloor,

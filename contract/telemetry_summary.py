@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agent.telemetry.samples import GpuSample, Sample
 from contract.telemetry import GpuTelemetrySummary, TelemetrySummary
+from contract.telemetry_samples import GpuSample, Sample
 
 __all__ = ["JobAccumulator", "summarize"]
 
