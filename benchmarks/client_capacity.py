@@ -1,6 +1,6 @@
 """Client capacity: does the load generator measure the server, or itself?
 
-Starts the scripted reference server (tests/fixtures/reference_server.py) pinned to one
+Starts the scripted reference server (refserver/) pinned to one
 core and each client pinned to the other, and drives it with a closed loop of N streams:
 our client (fast transport and httpx transport), AIPerf 0.13 and guidellm 0.8.1. Every
 figure is checked against the server's own log of when it received each request and wrote
@@ -41,7 +41,7 @@ from rich.table import Table
 
 from contract import metrics
 from contract.results import RequestRecord
-from tests.fixtures.reference_server import GroundTruthRequest, reference_server
+from refserver import GroundTruthRequest, reference_server
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ on a 2-core machine) and reuses it afterwards.
 Offline operation: neither tool can reach the Hugging Face hub here, and both need a
 tokenizer to build prompts of a given token length. `ensure_tokenizer` writes a local
 tokenizer folder (one token per UTF-8 byte, ids 0..255 == byte values; the same rule as
-tests/fixtures/reference_server.py's ``/tokenize``) that both load with plain
+refserver/'s ``/tokenize``) that both load with plain
 ``AutoTokenizer.from_pretrained(<folder>)``. Quirks found on the way (details on
 `run_aiperf` and `run_guidellm`):
 

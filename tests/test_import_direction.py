@@ -17,7 +17,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 OURS = {
-    "agent", "cli", "contract", "control", "engines", "infra", "report", "benchmarks", "tests"
+    "agent",
+    "cli",
+    "contract",
+    "control",
+    "engines",
+    "infra",
+    "report",
+    "refserver",
+    "benchmarks",
+    "tests",
 }
 ALLOWED = {
     "contract": {"contract"},
@@ -28,6 +37,8 @@ ALLOWED = {
     # Reports read the result formats and the definitions of every statistic (metrics,
     # paired comparison, telemetry fold), all in contract; nothing imports report but cli.
     "report": {"report", "contract"},
+    # The scripted reference server (tests' and benchmarks' ground truth) stands alone.
+    "refserver": {"refserver"},
 }
 
 

@@ -25,7 +25,7 @@ from agent.readiness import (
 )
 from contract.suite import RequestSettings
 from engines.recipes import get_recipe, render
-from tests.fixtures.reference_server import reference_server
+from refserver import reference_server
 
 # -- the degenerate-output check ------------------------------------------------------
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import _build_parser
-from tests.fixtures.reference_server import ReferenceServer, reference_server
+from refserver import ReferenceServer, reference_server
 
 BENCH = str(Path(sys.executable).with_name("bench"))
 

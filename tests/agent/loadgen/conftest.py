@@ -10,7 +10,7 @@ import pytest
 from agent.loadgen.client import ChatRequest, OpenAIClient
 from contract.results import RequestRecord
 from contract.suite import RequestSettings
-from tests.fixtures.reference_server import ReferenceServer, reference_server
+from refserver import ReferenceServer, reference_server
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ import statistics
 import pytest
 
 from contract import metrics
+from refserver import ReferenceServer
 from tests.agent.loadgen.conftest import send_many
-from tests.fixtures.reference_server import ReferenceServer
 
 MS = 1_000_000
 OUTPUT_TOKENS = 32

@@ -14,7 +14,7 @@ from agent.loadgen.sweep import count_requests, run_sweep
 from agent.results import ResultWriter
 from contract.results import RequestRecord, SweepSummary
 from contract.suite import PromptCalibration, RequestSettings, Shape, SweepSettings
-from tests.fixtures.reference_server import ReferenceServer, reference_server
+from refserver import ReferenceServer, reference_server
 
 
 @pytest.fixture(scope="module")
