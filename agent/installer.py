@@ -23,6 +23,7 @@ from pathlib import Path
 
 from agent.supervisor import redact_env
 from contract.errors import BenchError
+from contract.files import tail
 from engines.recipes import EngineRecipe, render_install
 from engines.recipes.render import GpuCC
 
@@ -69,13 +70,6 @@ def _site_packages(python: Path) -> str:
         timeout=60,
     )
     return out.stdout.strip()
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def install_engine(recipe: EngineRecipe, gpu_cc: GpuCC, work_dir: Path) -> InstalledEngine:
@@ -143,13 +137,17 @@ def _run(engine: str, name: str, argv: list[str], env: dict[str, str], log_path:
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
-            raise EngineInstallError(engine, name, str(exc), _tail(log_path)) from exc
+            log_tail = tail(log_path, LOG_TAIL_LINES)
+            raise EngineInstallError(engine, name, str(exc), log_tail) from exc
         elapsed = time.monotonic() - started
         handle.write(
             f"{time.strftime('%H:%M:%S')} END {name} rc={result.returncode} {elapsed:.1f}s\n"
         )
     if result.returncode != 0:
         raise EngineInstallError(
-            engine, name, f"exit code {result.returncode}; log {log_path}", _tail(log_path)
+            engine,
+            name,
+            f"exit code {result.returncode}; log {log_path}",
+            tail(log_path, LOG_TAIL_LINES),
         )
     log.info("END install %s: %s (%.1f s)", engine, name, elapsed)

@@ -18,10 +18,11 @@ import re
 import time
 from collections.abc import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from agent.loadgen.client import ChatRequest, OpenAIClient
 from contract.errors import BenchError
+from contract.frozen import FrozenModel
 from contract.suite import RequestSettings
 
 __all__ = [
@@ -76,10 +77,8 @@ def looks_degenerate(text: str) -> str | None:
     return None
 
 
-class ReadyResult(BaseModel):
+class ReadyResult(FrozenModel):
     """How long until a server could really serve, or why it never could."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine: str
     ok: bool

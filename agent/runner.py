@@ -14,7 +14,6 @@ through the small `StatusSink` / `ResultSink` protocols; locally they do nothing
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import platform
@@ -41,6 +40,7 @@ from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
 from agent.results import ResultWriter
 from agent.supervisor import EngineError, EngineServer, port_in_use
 from agent.telemetry import TelemetrySampler
+from contract.files import sha256_file, tail
 from contract.jobs import (
     JOB_FILE,
     MANIFEST_FILE,
@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 
 AGENT_VERSION = "0.1.0"
 _GPU_MEMORY_SLACK_MIB = 1024
+LOG_TAIL_LINES = 40  # of a server log, kept on a failed job record
+
 _PHASE_OF_ITEM: Mapping[SuiteItem, Phase] = {
     "probe": "probing",
     "sweep": "sweeping",
@@ -421,8 +423,10 @@ class CampaignRunner:
                     try:
                         server, ready = self._start(served, installed, log_path)
                     except (EngineError, NotReadyError) as exc:
-                        tail = getattr(exc, "log_tail", None) or _tail(log_path)
-                        records += self._fail_all(jobs[jobs.index(job) :], str(exc), engine, tail)
+                        log_tail = getattr(exc, "log_tail", None) or tail(log_path, LOG_TAIL_LINES)
+                        records += self._fail_all(
+                            jobs[jobs.index(job) :], str(exc), engine, log_tail
+                        )
                         break
                     with self._server_lock:
                         self._server = server
@@ -484,7 +488,7 @@ class CampaignRunner:
             first_completion_s=ready.first_completion_s if ready else None,
             ready_s=ready.ready_s if ready else None,
             output_tokens=output_tokens,
-            server_log_tail=_tail(folder / SERVER_LOG_FILE) if reason else None,
+            server_log_tail=tail(folder / SERVER_LOG_FILE, LOG_TAIL_LINES) if reason else None,
             telemetry=telemetry,
         )
         self._write_record(job, record)
@@ -551,7 +555,7 @@ def _identify(served: RenderedServe, installed: InstalledEngine) -> tuple[str | 
     executable = shutil.which(served.argv[0], path=env["PATH"]) if served.argv else None
     digest = None
     if executable and not executable.endswith(("python", "python3")):
-        digest = hashlib.sha256(Path(executable).read_bytes()).hexdigest()
+        digest = sha256_file(Path(executable))
     text = None
     if served.version_probe:
         try:
@@ -567,13 +571,6 @@ def _identify(served: RenderedServe, installed: InstalledEngine) -> tuple[str | 
         except (OSError, subprocess.TimeoutExpired) as exc:
             text = f"version probe failed: {exc}"
     return text, digest
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def _copy_from(source: Path, offset: int, dest: Path) -> None:

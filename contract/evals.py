@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from contract.errors import BenchError
+from contract.frozen import FrozenModel
 from contract.suite import RequestSettings
 
 __all__ = [
@@ -55,8 +56,8 @@ BFCLMode = Literal["tools", "prompt"]
 Verdict = Literal["level", "better", "worse"]
 
 
-class _Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Settings(FrozenModel):
+    """This module\'s records: frozen, unknown fields refused (contract.frozen)."""
 
 
 def _eval_request() -> RequestSettings:
@@ -114,8 +115,8 @@ class BFCLSettings(_EvalSettings):
         return self
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Record(FrozenModel):
+    """This module\'s records: frozen, unknown fields refused (contract.frozen)."""
 
 
 class FilterResult(_Record):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from contract.frozen import FrozenModel
 from contract.spec import CampaignSpec
 from contract.suite import SuiteItem
 from contract.telemetry import GpuDeviceInfo, SamplerStats, TelemetrySummary
@@ -27,8 +28,8 @@ SERVER_LOG_FILE = "server.log"
 SettingValue = str | int | float | bool | None
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Record(FrozenModel):
+    """This module\'s records: frozen, unknown fields refused (contract.frozen)."""
 
 
 class EngineServed(_Record):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from contract.frozen import FrozenModel
 from contract.suite import ProbeSettings, PromptCalibration, SweepSettings
 
 __all__ = [
@@ -45,8 +46,8 @@ ForcedOutput = Literal["ignore_eos", "min_tokens"]
 ChunkTokenSource = Literal["continuous_usage", "one_per_chunk", "proportional_to_text", "none"]
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Record(FrozenModel):
+    """This module\'s records: frozen, unknown fields refused (contract.frozen)."""
 
 
 class RequestRecord(_Record):

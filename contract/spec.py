@@ -36,10 +36,11 @@ import tomllib
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from contract.errors import BenchError
 from contract.evals import BFCLSettings, GSM8KSettings
+from contract.frozen import FrozenModel
 from contract.suite import SUITE_ITEMS, ProbeSettings, Shape, SuiteItem, SweepSettings
 
 __all__ = [
@@ -65,8 +66,8 @@ class SpecError(BenchError, ValueError):
     """A campaign spec that cannot run: one line naming the file and the field."""
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Spec(FrozenModel):
+    """This module\'s records: frozen, unknown fields refused (contract.frozen)."""
 
 
 def _slug(value: str, what: str) -> str:

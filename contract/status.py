@@ -15,7 +15,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from contract.frozen import FrozenModel
 
 __all__ = [
     "STATUS_MAX_BYTES",
@@ -49,10 +51,8 @@ _TRUNCATABLE = ("last_error", "upload_error", "current_job", "results_uri")
 _ELLIPSIS = "…"
 
 
-class ShardStatus(BaseModel):
+class ShardStatus(FrozenModel):
     """One shard's state, as of `updated_at`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     campaign: str
     shard: str

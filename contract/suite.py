@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from contract.frozen import FrozenModel
 
 __all__ = [
     "DEFAULT_LEVELS",
@@ -33,8 +35,8 @@ MAX_CONCURRENCY = 1024
 ForceOutputMode = Literal["ignore_eos+min_tokens", "ignore_eos", "min_tokens", "none"]
 
 
-class _Settings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Settings(FrozenModel):
+    """This module\'s records: frozen, unknown fields refused (contract.frozen)."""
 
 
 class Shape(_Settings):

@@ -33,6 +33,7 @@ from typing import Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from contract.files import sha256_file
 from contract.layout import MANIFEST_FILE, TARBALL_FILE, results_prefix, spec_key
 from control.aws import AwsClients
 from control.errors import ControlError
@@ -355,7 +356,7 @@ def verify_tarball(
             if name != MANIFEST_FILE:
                 notes.append(f"{name}: uploaded, not in the tarball")
             continue
-        if member.sha256 != _sha256(path):
+        if member.sha256 != sha256_file(path):
             problems.append(f"{name}: differs between the tarball and the uploaded file")
     not_uploaded = len(set(members) - set(loose))
     if not_uploaded:
@@ -425,8 +426,3 @@ def _listed_files(manifest: Any) -> list[tuple[str, int | None, str | None]]:
     return found
 
 
-def _sha256(path: Path) -> str:
-    sha = hashlib.sha256()
-    for chunk in _chunks(path):
-        sha.update(chunk)
-    return sha.hexdigest()

@@ -30,9 +30,10 @@ from types import TracebackType
 from urllib.parse import quote
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from contract.errors import BenchError
+from contract.frozen import FrozenModel
 from contract.layout import TAG_CAMPAIGN, TAG_SHARD
 from contract.status import Market
 
@@ -61,10 +62,8 @@ class ImdsError(BenchError, RuntimeError):
     """IMDS could not answer (not on EC2, IMDS off, or a required item is missing)."""
 
 
-class InstanceIdentity(BaseModel):
+class InstanceIdentity(FrozenModel):
     """Who and where this instance is, from IMDS (for the manifest and the status)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     instance_id: str
     instance_type: str
@@ -78,10 +77,8 @@ class InstanceIdentity(BaseModel):
         return "spot" if self.lifecycle == "spot" else "on-demand"
 
 
-class SpotNotice(BaseModel):
+class SpotNotice(FrozenModel):
     """The spot interruption notice (`spot/instance-action`): about two minutes' warning."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     action: str = Field(description="terminate, stop or hibernate; 'unknown' if unreadable")
     time: datetime | None = Field(None, description="when EC2 acts, UTC")

@@ -29,6 +29,7 @@ import httpx
 
 from agent.evals.task import DataError, Prepared, Question, Reply, Scored
 from contract.evals import EvalName, FilterResult, GSM8KPrompt, GSM8KScore, GSM8KSettings
+from contract.files import sha256_file
 
 __all__ = [
     "GSM8K_TEST_QUESTIONS",
@@ -131,14 +132,6 @@ class GSM8KItem(Question):
 
 
 # --- data ---
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def load_gsm8k(path: Path, *, sha256: str | None = GSM8K_TEST_SHA256) -> list[GSM8KItem]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import logging
@@ -42,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import BenchError
+from contract.files import LockTimeout, locked, sha256_file, tail
 
 log = logging.getLogger(__name__)
 
@@ -207,20 +207,10 @@ def cache_key(version: str, flags: tuple[str, ...], backend: str) -> str:
     return f"{version}-{backend}-{h.hexdigest()[:12]}"
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
-def _tail(path: Path, n: int = LOG_TAIL_LINES) -> str:
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "(no log)"
-    return "\n".join(lines[-n:])
+def _log_tail(path: Path) -> str:
+    return tail(path, LOG_TAIL_LINES, unreadable="(no log)")
 
 
 class _StepLog:
@@ -264,7 +254,7 @@ class _StepLog:
             except subprocess.TimeoutExpired as e:
                 raise LlamaCppBuildError(
                     f"llama.cpp build step {name!r} timed out after {timeout_s:.0f}s; "
-                    f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                    f"last lines of {self.log_path}:\n{_log_tail(self.log_path)}"
                 ) from e
             except OSError as e:
                 raise LlamaCppBuildError(
@@ -273,34 +263,24 @@ class _StepLog:
         if proc.returncode != 0:
             raise LlamaCppBuildError(
                 f"llama.cpp build step {name!r} failed (exit {proc.returncode}); "
-                f"last lines of {self.log_path}:\n{_tail(self.log_path)}"
+                f"last lines of {self.log_path}:\n{_log_tail(self.log_path)}"
             )
 
 
 @contextlib.contextmanager
 def _file_lock(path: Path, timeout_s: float) -> Iterator[None]:
-    """An exclusive flock, waited for at most timeout_s (another process may be building)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a+") as f:
-        deadline = time.monotonic() + timeout_s
-        waited = False
-        while True:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not waited:
-                    log.info("waiting for another process building in %s", path.parent)
-                    waited = True
-                if time.monotonic() > deadline:
-                    raise LlamaCppBuildError(
-                        f"llama.cpp build lock {path} still held after {timeout_s:.0f}s"
-                    ) from None
-                time.sleep(1.0)
-        try:
+    """An exclusive lock, waited for at most timeout_s (another process may be building)."""
+
+    def waiting() -> None:
+        log.info("waiting for another process building in %s", path.parent)
+
+    try:
+        with locked(path, timeout_s, on_wait=waiting):
             yield
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    except LockTimeout:
+        raise LlamaCppBuildError(
+            f"llama.cpp build lock {path} still held after {timeout_s:.0f}s"
+        ) from None
 
 
 def _read_version_text(binary: Path) -> str:

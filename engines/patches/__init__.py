@@ -18,9 +18,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from contract.errors import BenchError
+from contract.frozen import FrozenModel
 
 __all__ = [
     "PATCHES",
@@ -38,10 +39,8 @@ __all__ = [
 PATCH_DIR = Path(__file__).resolve().parent
 
 
-class PatchInfo(BaseModel):
+class PatchInfo(FrozenModel):
     """What one patch is for and what exactly it was written against."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="file stem in engines/patches/")
     package: str = Field(description="PyPI distribution the patched files belong to")

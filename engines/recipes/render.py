@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from contract.errors import BenchError
+from contract.frozen import FrozenModel
 from contract.suite import ForceOutputMode, RequestSettings
 from engines.patches import PATCH_DIR, PATCHES
 from engines.recipes.schema import (
@@ -56,10 +57,8 @@ class RecipeError(BenchError, ValueError):
         super().__init__(f"{engine}: {reason}")
 
 
-class Arm(BaseModel):
+class Arm(FrozenModel):
     """A parsed arm name: `<prefix>[-<label>][-d<N>|-d]`, e.g. `vllm-d4`, `litert-int248`."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     prefix: str
@@ -154,10 +153,8 @@ def resolve_settings(
     return values
 
 
-class RenderedInstallStep(BaseModel):
+class RenderedInstallStep(FrozenModel):
     """One install step with its placeholders filled in."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
     kind: Literal["pip", "cargo", "cmake", "patch"]
@@ -166,10 +163,8 @@ class RenderedInstallStep(BaseModel):
     why: str
 
 
-class RenderedServe(BaseModel):
+class RenderedServe(FrozenModel):
     """One server to start: what `EngineServer` runs and what the load generator sends."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     engine: str
     arm: str

@@ -21,8 +21,9 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from contract.frozen import FrozenModel
 from contract.suite import ForceOutputMode
 
 __all__ = [
@@ -57,8 +58,8 @@ def placeholders(text: str) -> set[str]:
     return set(_PLACEHOLDER_RE.findall(text))
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Record(FrozenModel):
+    """This module\'s records: frozen, unknown fields refused (contract.frozen)."""
 
 
 class SettingSpec(_Record):
