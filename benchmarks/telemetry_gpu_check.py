@@ -79,6 +79,8 @@ def _table(title: str, header: Sequence[str], rows: Sequence[Sequence[Any]]) -> 
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
 
 
+# contract.metrics.percentile's rule, not imported: it pulls in pydantic, which the GPU
+# host this script runs on may lack (see the module docstring).
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     pos = (len(ordered) - 1) * q
