@@ -45,6 +45,7 @@ from contract.jobs import (
     JOB_FILE,
     MANIFEST_FILE,
     SERVER_LOG_FILE,
+    ArmFacts,
     EngineServed,
     HostInfo,
     JobRecord,
@@ -56,7 +57,7 @@ from contract.status import Phase
 from contract.suite import SuiteItem
 from contract.telemetry import TELEMETRY_FILE
 from engines.recipes import RecipeError, RenderedServe, recipe_for_arm, render
-from engines.recipes.render import GpuCC
+from engines.recipes.render import GpuCC, parse_arm
 
 __all__ = ["CampaignRunner", "Job", "ResultSink", "RunOutcome", "StatusSink"]
 
@@ -235,6 +236,7 @@ class CampaignRunner:
             started_unix_s=started,
             finished_unix_s=finished,
             engines=engines,
+            arms=[facts for arm in self.shard.arms if (facts := _arm_facts(arm)) is not None],
             jobs=[j.job_id for j in self.jobs],
             jobs_ok=sorted({j.job_id for j in self.jobs if self.is_done(j)}),
             jobs_failed=[r.job_id for r in records if r.status == "failed"],
@@ -547,6 +549,22 @@ class CampaignRunner:
         )
         summary = await run_eval(task, served.base_url, folder, model=served.served_model)
         return summary.completion_tokens
+
+
+def _arm_facts(arm: str) -> ArmFacts | None:
+    """The arm as its recipe reads it; None for an arm no recipe knows (its jobs fail)."""
+    try:
+        recipe = recipe_for_arm(arm)
+        parsed = parse_arm(recipe, arm)
+    except RecipeError:
+        return None
+    return ArmFacts(
+        arm=arm,
+        engine=recipe.name,
+        display_name=recipe.display_name,
+        drafter=parsed.drafter,
+        draft_tokens=parsed.draft_tokens,
+    )
 
 
 def _identify(served: RenderedServe, installed: InstalledEngine) -> tuple[str | None, str | None]:

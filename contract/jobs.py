@@ -16,6 +16,7 @@ __all__ = [
     "JOB_FILE",
     "MANIFEST_FILE",
     "SERVER_LOG_FILE",
+    "ArmFacts",
     "EngineServed",
     "HostInfo",
     "JobRecord",
@@ -71,6 +72,19 @@ class JobRecord(_Record):
     telemetry: TelemetrySummary | None = Field(None, description="the job's telemetry")
 
 
+class ArmFacts(_Record):
+    """What an arm is, from its engine's recipe, recorded when the campaign runs, so reports
+    read it instead of parsing arm names (and need not know the engines)."""
+
+    arm: str
+    engine: str = Field(description="the recipe's name, e.g. 'llamacpp'")
+    display_name: str = Field(description="the engine as a reader knows it, e.g. 'llama.cpp'")
+    drafter: bool = Field(False, description="served with a speculative drafter")
+    draft_tokens: int | None = Field(
+        None, description="tokens drafted per step; None with a drafter: the engine's own choice"
+    )
+
+
 class HostInfo(_Record):
     hostname: str
     os: str
@@ -95,6 +109,9 @@ class Manifest(_Record):
     started_unix_s: float
     finished_unix_s: float | None = None
     engines: list[EngineServed] = Field(default_factory=list)
+    arms: list[ArmFacts] = Field(
+        default_factory=list, description="every arm of the shard (empty in older manifests)"
+    )
     jobs: list[str] = Field(default_factory=list, description="every job of the shard, in order")
     jobs_ok: list[str] = Field(default_factory=list)
     jobs_failed: list[str] = Field(default_factory=list)

@@ -63,6 +63,7 @@ __all__ = [
 ]
 
 # How the seeds name the engines in their tables.
+# Display names for manifests older than ArmFacts (the recipes' display_name is the source).
 ENGINE_NAMES = {
     "llamacpp": "llama.cpp",
     "vllm": "vLLM",
@@ -317,12 +318,14 @@ class Report:
 # --- building ---------------------------------------------------------------------------
 
 
-# An arm that never started has no EngineServed: its engine is told by its name's prefix,
-# as engines/recipes spells arms (llama-d2 -> llamacpp).
+# Manifests older than ArmFacts say nothing of an arm that never started: its engine is then
+# told by its name's prefix, as engines/recipes spells arms (llama-d2 -> llamacpp).
 _PREFIX_ENGINE = {"llama": "llamacpp", "litert": "litertlm"}
 
 
 def engine_name(arm: ArmResults) -> str:
+    if arm.facts is not None:
+        return arm.facts.display_name
     if arm.engine is not None:
         engine = arm.engine.engine
     else:
@@ -346,6 +349,13 @@ def engine_groups(arms: Sequence[ArmResults]) -> Callable[[ArmResults], str]:
 
 def drafted_tokens(arm: ArmResults) -> str | None:
     """'4 tokens' for 'vllm-d4', 'its own' for a bare '-d'; None for no drafter."""
+    if arm.facts is not None:
+        n = arm.facts.draft_tokens
+        if not arm.facts.drafter:
+            return None
+        if n is None:
+            return "its own"
+        return f"{n} token" if n == 1 else f"{n} tokens"
     if not arm.drafter and not _DRAFT.search(arm.arm):
         return None
     match = _DRAFT.search(arm.arm)
@@ -356,6 +366,8 @@ def drafted_tokens(arm: ArmResults) -> str | None:
 
 
 def _is_drafter(arm: ArmResults) -> bool:
+    if arm.facts is not None:
+        return arm.facts.drafter
     return arm.drafter or _DRAFT.search(arm.arm) is not None
 
 
@@ -852,9 +864,11 @@ def _scope(campaign: CampaignResults) -> list[str]:
             f"(git {(m.git_sha or 'unknown')[:12]}); ran {_when(m.started_unix_s)} to "
             f"{_when(m.finished_unix_s)}."
         )
+        shown = {a.arm: a.display_name for a in m.arms}
         for engine in m.engines:
+            name = shown.get(engine.arm) or ENGINE_NAMES.get(engine.engine, engine.engine)
             lines.append(
-                f"  {engine.arm}: {ENGINE_NAMES.get(engine.engine, engine.engine)} "
+                f"  {engine.arm}: {name} "
                 f"{engine.version} (build {engine.build_id}, variant {engine.variant}), "
                 f"model {engine.model}" + (f", drafter {engine.drafter}" if engine.drafter else "")
             )

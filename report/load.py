@@ -20,7 +20,14 @@ from pydantic import BaseModel, ValidationError
 
 from contract.errors import BenchError
 from contract.evals import EvalSummary
-from contract.jobs import JOB_FILE, MANIFEST_FILE, EngineServed, JobRecord, Manifest
+from contract.jobs import (
+    JOB_FILE,
+    MANIFEST_FILE,
+    ArmFacts,
+    EngineServed,
+    JobRecord,
+    Manifest,
+)
 from contract.layout import JOBS_DIR
 from contract.results import REQUESTS_FILE, SUMMARY_FILE, ProbeSummary, SweepSummary
 from contract.suite import SUITE_ITEMS, SuiteItem
@@ -55,6 +62,7 @@ class ArmResults:
     arm: str
     label: str  # the arm's name, or "arm@shard" where two shards ran the same arm
     engine: EngineServed | None
+    facts: ArmFacts | None = None  # from the manifest; None in manifests older than it
     instance_type: str = ""  # the shard's, e.g. g6.4xlarge, or "local"
     jobs: dict[str, JobRecord] = field(default_factory=dict)  # item -> record
     job_dirs: dict[str, Path] = field(default_factory=dict)  # item -> folder
@@ -200,6 +208,7 @@ def _load_shard(path: Path, problems: list[str]) -> ShardResults | None:
         return None
     spec_arms = list(listed[0].arms)
     engines = {e.arm: e for e in manifest.engines}
+    facts = {a.arm: a for a in manifest.arms}
     per_arm: dict[str, dict[str, tuple[Path, JobRecord | None]]] = {a: {} for a in spec_arms}
     for folder in _job_folders(path):
         record: JobRecord | None = None
@@ -241,6 +250,7 @@ def _load_shard(path: Path, problems: list[str]) -> ShardResults | None:
                 arm=arm,
                 label=arm,
                 engine=engine,
+                facts=facts.get(arm),
                 instance_type=listed[0].instance_type,
                 jobs=jobs,
                 job_dirs=dirs,
