@@ -30,6 +30,7 @@ from contract.gpus import gpu_family
 from contract.paired import compare_runs, load_run
 from contract.results import RequestRecord, SweepSummary
 from contract.spec import LOCAL_INSTANCE_TYPE
+from contract.suite import EVAL_ITEMS
 from report.energy import CellEnergy, read_gpu_series, sweep_energy
 from report.load import (
     ITEMS,
@@ -919,7 +920,7 @@ def _not_measured(
                 f" and {len(off) - 8} more" if len(off) > 8 else ""
             )
             lines.append(f"{grid.shape}: cells without a figure: {parts}.")
-    for item in ("gsm8k", "bfcl"):
+    for item in EVAL_ITEMS:
         if item not in spec.suite.items():
             lines.append(f"{item}: not in this campaign's suite.")
     if accuracy:
@@ -965,8 +966,8 @@ def build_report(
     drafters = _drafter_rows(arms, probe)
     grids = _sweep_grids(arms, campaign)
     best, engines = _best_rows(arms, grids)
-    items = [i for i in ("gsm8k", "bfcl") if i in spec.suite.items()]
-    items += [i for i in ("gsm8k", "bfcl") if i not in items and any(i in a.evals for a in arms)]
+    items = [i for i in EVAL_ITEMS if i in spec.suite.items()]
+    items += [i for i in EVAL_ITEMS if i not in items and any(i in a.evals for a in arms)]
     accuracy = _accuracy(arms, base, items)
     notes: list[str] = []
     shard_costs, by_shard = _costs(campaign, prices, notes)
