@@ -19,8 +19,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from agent.telemetry.samples import GpuSample, HostSample, read_telemetry_csv
-from report.build import Report, SweepGrid
 from report.load import ShardResults
+from report.rows import Report, SweepGrid
 
 __all__ = ["Plot", "draw_all"]
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from report.build import Report
 from report.plots import Plot
+from report.rows import Report
 from report.tables import Table
 
 __all__ = ["Section", "render_html", "render_markdown", "sections"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from report.build import (
+from report.rows import (
     AccuracyRow,
     DrafterRow,
     Report,

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from report.build import Report, build_report
+from report.build import build_report
 from report.load import load_campaign_results
 from report.plots import Plot, draw_all
 from report.prices import DEFAULT_TABLE, PriceBook, PriceMode, choose_prices
 from report.render import render_html, render_markdown
+from report.rows import Report
 from report.tables import Table, all_tables
 
 __all__ = ["REPORT_HTML", "REPORT_MD", "Written", "default_out", "write_report"]

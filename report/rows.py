@@ -1,0 +1,279 @@
+"""The report's typed rows: what each table shows, before any formatting, and the two pieces
+of arithmetic every table shares (the run-to-run spread test and dollars per million tokens).
+
+Run-to-run spread, and when a ratio is "not a difference":
+- probe: the geometric mean over the six prompts of each repeat on its own (n = repeats),
+  min to max; the table's e2e figure stays the summary's (per-prompt medians, then the
+  geometric mean);
+- sweep cell: its repeats' aggregate tok/s, min to max (n = repeats);
+- relative spread = (max - min) / the figure. A ratio r of two figures differs only if
+  |r - 1| exceeds the larger relative spread of the two; otherwise the report marks it
+  as not a difference (≈). With no spread known (one repeat), it is not marked either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from contract.evals import Comparison
+from report.load import CampaignResults
+from report.prices import HourlyPrice, SpotPaid
+
+__all__ = [
+    "AccuracyRow",
+    "BestCell",
+    "BestRow",
+    "CostPoint",
+    "DrafterRow",
+    "EnergyCell",
+    "EvalTimeRow",
+    "JobEnergy",
+    "ProbeRow",
+    "Report",
+    "ShardCost",
+    "Spread",
+    "SweepCell",
+    "SweepGrid",
+    "beyond_spread",
+    "usd_per_million",
+]
+
+@dataclass(frozen=True, slots=True)
+class Spread:
+    """Run-to-run spread of one figure: the lowest and highest of n repeats."""
+
+    low: float
+    high: float
+    n: int
+
+    def relative(self, centre: float | None) -> float | None:
+        if centre is None or centre <= 0 or self.n < 2:
+            return None
+        return (self.high - self.low) / centre
+
+
+def beyond_spread(ratio: float | None, *relative_spreads: float | None) -> bool | None:
+    """True if the ratio differs from 1 by more than every given relative spread; None when
+    it cannot be told (no ratio, or no spread known for either side)."""
+    known = [s for s in relative_spreads if s is not None]
+    if ratio is None or not known:
+        return None
+    return abs(ratio - 1.0) > max(known)
+
+
+def usd_per_million(usd_per_hour: float, tok_s: float | None) -> float | None:
+    """$ per million output tokens = price per hour / (3600 x tok/s) x 1e6."""
+    if tok_s is None or tok_s <= 0:
+        return None
+    return usd_per_hour / (3600.0 * tok_s) * 1e6
+
+
+# --- rows -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    label: str
+    engine: str | None
+    status: str  # ok, failed, not run
+    reason: str | None = None
+    e2e_tok_s: float | None = None
+    e2e_spread: Spread | None = None
+    x_baseline: float | None = None
+    differs: bool | None = None  # x_baseline beyond the run-to-run spread
+    decode_tok_s: float | None = None
+    ttft_ms: float | None = None
+    at_once: int | None = None
+    at_once_tok_s: float | None = None
+    x_one: float | None = None
+    memory_mib: float | None = None
+    memory_kind: str | None = None  # "gpu" (peak GPU memory), "rss" (engine RSS, no GPU)
+    ready_s: float | None = None
+    repeat_identical: int | None = None
+    prompts: int | None = None
+    requests_ok: int = 0
+    requests_failed: int = 0
+
+    @property
+    def relative_spread(self) -> float | None:
+        return self.e2e_spread.relative(self.e2e_tok_s) if self.e2e_spread else None
+
+
+@dataclass(frozen=True)
+class DrafterRow:
+    engine: str
+    plain: str | None  # the no-drafter arm
+    plain_tok_s: float | None
+    plain_status: str | None  # its probe's status where it has no figure
+    best: str | None  # the fastest drafter arm
+    best_tok_s: float | None
+    tokens: str | None  # "4 tokens", "1 token", "its own"
+    gain: float | None
+    differs: bool | None
+
+
+@dataclass(frozen=True)
+class SweepCell:
+    label: str
+    shape: str
+    concurrency: int
+    status: str  # ok, infeasible, failed, not run, job failed
+    reason: str | None = None
+    tok_s: float | None = None
+    spread: Spread | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None  # median over repeats of each window's p99
+
+    @property
+    def relative_spread(self) -> float | None:
+        return self.spread.relative(self.tok_s) if self.spread else None
+
+
+@dataclass(frozen=True)
+class SweepGrid:
+    """One shape: every arm at every level, nothing dropped."""
+
+    shape: str
+    levels: list[int]
+    arms: list[str]
+    cells: dict[tuple[str, int], SweepCell]  # (label, level) -> cell
+    counts: dict[str, dict[str, int] | None]  # label -> measured/failed/infeasible
+    arm_notes: dict[str, str]  # label -> why the whole column is empty
+
+
+@dataclass(frozen=True)
+class BestCell:
+    label: str
+    tok_s: float
+    relative_spread: float | None
+    drafter: str  # "4 drafted", "none"
+
+
+@dataclass(frozen=True)
+class BestRow:
+    shape: str
+    concurrency: int
+    per_engine: dict[str, BestCell | None]
+    winner: str | None  # engine with the highest figure
+    clear: bool | None  # the winner's margin over the runner-up beats the spread
+
+
+@dataclass(frozen=True)
+class AccuracyRow:
+    eval: str
+    label: str
+    status: str  # ok, failed, not run
+    reason: str | None = None
+    score: float | None = None
+    correct: int | None = None
+    answered: int | None = None
+    questions: int | None = None
+    complete: bool | None = None
+    truncated: int | None = None
+    failed: int | None = None
+    wall_s: float | None = None
+    comparison: Comparison | None = None  # against the baseline arm's run
+    comparison_note: str | None = None
+
+
+@dataclass(frozen=True)
+class EvalTimeRow:
+    engine: str
+    plain: str | None
+    plain_s: float | None
+    drafted: str | None
+    drafted_s: float | None
+    speedup: float | None
+
+
+@dataclass(frozen=True)
+class CostPoint:
+    label: str
+    shard: str
+    shape: str
+    concurrency: int
+    tok_s: float
+    on_demand_usd_per_m: float | None
+    spot_usd_per_m: float | None
+
+
+@dataclass(frozen=True)
+class ShardCost:
+    shard: str
+    instance_type: str
+    region: str | None
+    market: str | None
+    started_unix_s: float
+    finished_unix_s: float | None
+    hours: float | None
+    install_hours: float
+    on_demand: HourlyPrice | None
+    spot: SpotPaid | None
+
+    def on_demand_usd(self, with_install: bool = True) -> float | None:
+        hours = self._hours(with_install)
+        return (
+            None if self.on_demand is None or hours is None else self.on_demand.usd_per_hour * hours
+        )
+
+    def spot_usd(self, with_install: bool = True) -> float | None:
+        if self.spot is None:
+            return None
+        if with_install:
+            return self.spot.usd_total
+        hours = self._hours(False)
+        return None if hours is None else self.spot.usd_per_hour_mean * hours
+
+    def _hours(self, with_install: bool) -> float | None:
+        if self.hours is None:
+            return None
+        return self.hours if with_install else max(0.0, self.hours - self.install_hours)
+
+
+@dataclass(frozen=True)
+class EnergyCell:
+    label: str
+    shape: str
+    concurrency: int
+    joules_per_token: float | None
+    energy_j: float | None
+    output_tokens: int | None
+
+
+@dataclass(frozen=True)
+class JobEnergy:
+    label: str
+    item: str
+    joules_per_token: float | None
+    energy_j: float | None
+    output_tokens: int | None
+    mean_power_w: float | None
+    gpu_samples: int
+
+
+@dataclass
+class Report:
+    campaign: str
+    description: str
+    baseline: str
+    arms: list[str]
+    probe: list[ProbeRow]
+    drafters: list[DrafterRow]
+    sweeps: list[SweepGrid]
+    best: dict[str, list[BestRow]]  # shape -> rows
+    engines: list[str]  # engines in the best-per-level tables, in order
+    accuracy: dict[str, list[AccuracyRow]]  # eval item -> rows
+    eval_times: list[EvalTimeRow]
+    shard_costs: list[ShardCost]
+    cost_points: list[CostPoint]
+    energy_cells: list[EnergyCell]
+    job_energy: list[JobEnergy]
+    gpu_sampled: bool
+    scope: list[str]
+    not_measured: list[str]
+    price_notes: list[str]
+    problems: list[str]
+    results: CampaignResults
+    shapes: list[str] = field(default_factory=list)
+
+
