@@ -198,6 +198,15 @@ def _add_report_parser(sub: argparse._SubParsersAction) -> None:
         "else the shipped dated table; aws: AWS only; table: never call AWS (auto)",
     )
     report.add_argument("--price-table", type=Path, help="a price table TOML (default: shipped)")
+    for name, what in (("ttft", "time to first token"), ("tpot", "time per output token")):
+        report.add_argument(
+            f"--slo-{name}-ms",
+            type=float,
+            help=f"SLO on {what} p99, ms (default: the spec's slo_{name}_ms)",
+        )
+    report.add_argument(
+        "--slo-e2el-ms", type=float, help="SLO on end-to-end latency p99, ms (default: the spec's)"
+    )
     report.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table as RichTable
 
 from report.prices import DEFAULT_TABLE, PriceError
+from report.rows import Slo
 from report.tables import Table, probe_table
 from report.write import write_report
 
@@ -36,6 +37,7 @@ def run_report(args: argparse.Namespace) -> int:
             baseline=args.baseline,
             price_mode=args.prices,
             price_table=args.price_table or DEFAULT_TABLE,
+            slo=Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms, e2el_ms=args.slo_e2el_ms),
         )
     except PriceError as exc:
         print(f"bench report: {exc}", file=sys.stderr)

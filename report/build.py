@@ -14,17 +14,23 @@ from report.energy import energy_rows
 from report.load import CampaignResults
 from report.one_request import drafter_rows, probe_rows
 from report.prices import PriceBook
-from report.rows import Report
+from report.rows import Report, Slo
 from report.scope import not_measured, scope_lines
+from report.slo import resolve_slo, slo_rows
 from report.sweep import best_rows, sweep_grids
 
 __all__ = ["build_report"]
 
 
 def build_report(
-    campaign: CampaignResults, prices: PriceBook, *, baseline: str | None = None
+    campaign: CampaignResults,
+    prices: PriceBook,
+    *,
+    baseline: str | None = None,
+    slo: Slo | None = None,
 ) -> Report:
-    """Every table's rows for one campaign; `baseline` names the arm ratios are taken to.
+    """Every table's rows for one campaign; `baseline` names the arm ratios are taken to;
+    each objective `slo` gives replaces the spec's.
 
     Raises:
         ValueError: `baseline` is not an arm of the campaign.
@@ -40,7 +46,11 @@ def build_report(
     spec = campaign.shards[0].manifest.campaign
     probe = probe_rows(arms, base)
     drafters = drafter_rows(arms, probe)
-    grids = sweep_grids(arms, campaign)
+    flags = slo or Slo()
+    objectives = resolve_slo(
+        spec.suite.sweep, ttft_ms=flags.ttft_ms, tpot_ms=flags.tpot_ms, e2el_ms=flags.e2el_ms
+    )
+    grids = sweep_grids(arms, campaign, objectives)
     best, engines = best_rows(arms, grids)
     items = [i for i in ("gsm8k", "bfcl") if i in spec.suite.items()]
     items += [i for i in ("gsm8k", "bfcl") if i not in items and any(i in a.evals for a in arms)]
@@ -48,6 +58,7 @@ def build_report(
     notes: list[str] = []
     costs, by_shard = shard_costs(campaign, prices, notes)
     energy_cells, job_energy, sampled = energy_rows(campaign, grids)
+    points = cost_points(arms, grids, by_shard)
     return Report(
         campaign=campaign.campaign,
         description=spec.description,
@@ -61,7 +72,7 @@ def build_report(
         accuracy=accuracy,
         eval_times=eval_time_rows(arms),
         shard_costs=costs,
-        cost_points=cost_points(arms, grids, by_shard),
+        cost_points=points,
         energy_cells=energy_cells,
         job_energy=job_energy,
         gpu_sampled=sampled,
@@ -71,4 +82,6 @@ def build_report(
         problems=list(campaign.problems),
         results=campaign,
         shapes=[g.shape for g in grids],
+        slo=objectives,
+        slo_rows=slo_rows(arms, grids, points, energy_cells, objectives),
     )

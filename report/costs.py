@@ -74,7 +74,7 @@ def cost_points(
             cost = by_shard[shard_of[label]]
             for level in grid.levels:
                 cell = grid.cells[(label, level)]
-                if cell.tok_s is None:
+                if not cell.ranked or cell.tok_s is None:
                     continue
                 points.append(
                     CostPoint(

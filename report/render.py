@@ -60,6 +60,13 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             _pick(tables, "sweep"),
             _plots(plots, "throughput") + _plots(plots, "ttft"),
         ),
+        Section(
+            "Per-user speed and the SLO",
+            [],
+            [],
+            _pick(tables, "slo") + _pick(tables, "user"),
+            _plots(plots, "pareto"),
+        ),
         Section("Best per level", [], [], _pick(tables, "best"), []),
         Section(
             "Accuracy",
@@ -161,6 +168,7 @@ table { border-collapse: collapse; margin: 0.8em 0 0.3em; font-variant-numeric: 
 caption { caption-side: top; text-align: left; font-weight: 600; padding-bottom: 0.3em; }
 th, td { border: 1px solid #bbb; padding: 3px 8px; vertical-align: top; }
 th { background: #eee; } td.num { text-align: right; white-space: nowrap; }
+td.muted { color: #999; background: #f3f3f3; }
 p.caption, figcaption { color: #444; font-size: 0.9em; max-width: 70em; }
 figure { margin: 1em 0; } img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 ul.scope li { margin: 0.15em 0; white-space: pre-wrap; }
@@ -184,14 +192,16 @@ def _html_table(table: Table) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
     body = []
     left = table.align_left
-    for row in table.rows:
+    for r, row in enumerate(table.rows):
         if _status_row(row, left):
             # One cell across the figures: a failure's reason must not widen a number column.
             cells = "".join(f"<td>{_e(c)}</td>" for c in row[:left])
             cells += f'<td class="status" colspan="{len(row) - left}">{_e(row[left])}</td>'
         else:
             cells = "".join(
-                f"<td>{_e(c)}</td>" if i < left else f'<td class="num">{_e(c)}</td>'
+                f"<td>{_e(c)}</td>"
+                if i < left
+                else f'<td class="num{" muted" if (r, i) in table.muted else ""}">{_e(c)}</td>'
                 for i, c in enumerate(row)
             )
         body.append(f"<tr>{cells}</tr>")

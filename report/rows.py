@@ -31,6 +31,8 @@ __all__ = [
     "ProbeRow",
     "Report",
     "ShardCost",
+    "Slo",
+    "SloRow",
     "Spread",
     "SweepCell",
     "SweepGrid",
@@ -117,16 +119,82 @@ class SweepCell:
     label: str
     shape: str
     concurrency: int
-    status: str  # ok, infeasible, failed, not run, job failed
+    status: str  # ok, partial, infeasible, failed, not run, job failed
     reason: str | None = None
     tok_s: float | None = None
     spread: Spread | None = None
+    # Each percentile below: the median over repeats of each window's own percentile.
     ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None  # median over repeats of each window's p99
+    ttft_p99_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    itl_p99_ms: float | None = None
+    latency_p99_ms: float | None = None
+    # Per-user decode speed = 1000 / TPOT: p50 from TPOT p50; p90 is the speed 90% of users
+    # get at least (from TPOT p90, the slow tail).
+    user_decode_p50_tok_s: float | None = None
+    user_decode_p90_tok_s: float | None = None
+    goodput_request_per_s: float | None = None  # as measured, under the run's own SLO
+    requests_failed: int = 0  # over the measured windows (a partial cell's lost requests)
+    meets_slo: bool | None = None  # None: no SLO given, or no figure to judge
 
     @property
     def relative_spread(self) -> float | None:
         return self.spread.relative(self.tok_s) if self.spread else None
+
+    @property
+    def ranked(self) -> bool:
+        """Only a complete cell is compared with others: a partial one lost requests."""
+        return self.status == "ok" and self.tok_s is not None
+
+
+@dataclass(frozen=True)
+class Slo:
+    """Latency objectives a cell must meet, each judged on the cell's p99 (the median over
+    repeats of each window's p99): TTFT, TPOT and end-to-end latency, in ms."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2el_ms))
+
+    def describe(self) -> str:
+        named = (("TTFT", self.ttft_ms), ("TPOT", self.tpot_ms), ("E2EL", self.e2el_ms))
+        parts = [f"{name} p99 <= {value:g} ms" for name, value in named if value is not None]
+        return ", ".join(parts) if parts else "no SLO"
+
+    def judge(self, cell: SweepCell) -> bool | None:
+        """False when a given objective is missed; True when every one holds; None when none
+        is given, or a figure needed to tell is missing."""
+        if not self.given or cell.tok_s is None:
+            return None
+        pairs = (
+            (self.ttft_ms, cell.ttft_p99_ms),
+            (self.tpot_ms, cell.tpot_p99_ms),
+            (self.e2el_ms, cell.latency_p99_ms),
+        )
+        given = [(limit, value) for limit, value in pairs if limit is not None]
+        if any(value is not None and value > limit for limit, value in given):
+            return False
+        return None if any(value is None for _, value in given) else True
+
+
+@dataclass(frozen=True)
+class SloRow:
+    """One engine (on one GPU) and shape: its highest level meeting the SLO."""
+
+    engine: str
+    shape: str
+    concurrency: int | None  # None: no level met the SLO
+    label: str | None = None
+    tok_s: float | None = None
+    user_decode_p50_tok_s: float | None = None
+    ttft_p99_ms: float | None = None
+    on_demand_usd_per_m: float | None = None
+    joules_per_token: float | None = None
+    levels_tried: int = 0
 
 
 @dataclass(frozen=True)
@@ -275,5 +343,7 @@ class Report:
     problems: list[str]
     results: CampaignResults
     shapes: list[str] = field(default_factory=list)
+    slo: Slo = field(default_factory=lambda: Slo())
+    slo_rows: list[SloRow] = field(default_factory=list)
 
 

@@ -2,38 +2,63 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from agent import metrics
 from contract.results import SweepSummary
 from report.arms import drafter_label, engine_groups
 from report.load import ArmResults, CampaignResults
-from report.rows import BestCell, BestRow, Spread, SweepCell, SweepGrid, beyond_spread
+from report.rows import BestCell, BestRow, Slo, Spread, SweepCell, SweepGrid, beyond_spread
 
 __all__ = ["best_rows", "sweep_grids"]
 
 
-def _sweep_cell(arm: ArmResults, summary: SweepSummary, shape: str, level: int) -> SweepCell:
+def _median_of(values: Iterable[float | None]) -> float | None:
+    return metrics.median(v for v in values if v is not None)
+
+
+def _per_second(ms: float | None) -> float | None:
+    return 1000.0 / ms if ms else None
+
+
+def _sweep_cell(
+    arm: ArmResults, summary: SweepSummary, shape: str, level: int, slo: Slo
+) -> SweepCell:
     cell = next((c for c in summary.cells if c.shape == shape and c.concurrency == level), None)
     if cell is None:
         return SweepCell(arm.label, shape, level, "not run", "the sweep did not reach this cell")
-    if cell.status != "ok":
+    if cell.status not in ("ok", "partial") or not cell.repeats:
         return SweepCell(arm.label, shape, level, cell.status, cell.reason)
-    values = [w.aggregate_output_tok_s for w in cell.repeats if w.aggregate_output_tok_s]
-    p99 = metrics.median(w.ttft_ms.p99 for w in cell.repeats if w.ttft_ms.p99 is not None)
-    return SweepCell(
+    windows = cell.repeats
+    values = [w.aggregate_output_tok_s for w in windows if w.aggregate_output_tok_s]
+    tok_s = cell.aggregate_output_tok_s_median
+    if tok_s is None and values:
+        tok_s = metrics.median(values)
+    figures = SweepCell(
         label=arm.label,
         shape=shape,
         concurrency=level,
-        status="ok",
-        tok_s=cell.aggregate_output_tok_s_median,
+        status=cell.status,
+        reason=cell.reason,
+        tok_s=tok_s,
         spread=Spread(min(values), max(values), len(values)) if values else None,
-        ttft_p50_ms=cell.ttft_ms_p50_median,
-        ttft_p99_ms=p99,
+        ttft_p50_ms=cell.ttft_ms_p50_median or _median_of(w.ttft_ms.p50 for w in windows),
+        ttft_p99_ms=_median_of(w.ttft_ms.p99 for w in windows),
+        tpot_p99_ms=_median_of(w.tpot_ms.p99 for w in windows),
+        itl_p99_ms=_median_of(w.itl_ms.p99 for w in windows),
+        latency_p99_ms=_median_of(w.latency_ms.p99 for w in windows),
+        user_decode_p50_tok_s=_median_of(_per_second(w.tpot_ms.p50) for w in windows),
+        user_decode_p90_tok_s=_median_of(_per_second(w.tpot_ms.p90) for w in windows),
+        goodput_request_per_s=_median_of(w.goodput_request_per_s for w in windows),
+        requests_failed=sum(w.requests_failed for w in windows),
     )
+    return replace(figures, meets_slo=slo.judge(figures))
 
 
-def sweep_grids(arms: Sequence[ArmResults], campaign: CampaignResults) -> list[SweepGrid]:
+def sweep_grids(
+    arms: Sequence[ArmResults], campaign: CampaignResults, slo: Slo
+) -> list[SweepGrid]:
     spec_sweep = campaign.shards[0].manifest.campaign.suite.sweep
     shapes: list[str] = [s.name for s in spec_sweep.shapes] if spec_sweep else []
     levels: list[int] = list(spec_sweep.levels) if spec_sweep else []
@@ -63,7 +88,7 @@ def sweep_grids(arms: Sequence[ArmResults], campaign: CampaignResults) -> list[S
             if status == "failed":
                 notes[arm.label] = f"job failed: {arm.reason('sweep')}"
             for level in sorted(levels):
-                cells[(arm.label, level)] = _sweep_cell(arm, arm.sweep, shape, level)
+                cells[(arm.label, level)] = _sweep_cell(arm, arm.sweep, shape, level, slo)
         grids.append(
             SweepGrid(
                 shape=shape,
@@ -95,7 +120,7 @@ def best_rows(
                     grid.cells[(label, level)]
                     for label in grid.arms
                     if group(by_label[label]) == engine
-                    and grid.cells[(label, level)].tok_s is not None
+                    and grid.cells[(label, level)].ranked
                 ]
                 best = max(candidates, key=lambda c: c.tok_s or 0.0, default=None)
                 per_engine[engine] = (

@@ -9,9 +9,10 @@ from report.build import build_report
 from report.load import load_campaign_results
 from report.plots import Plot, draw_all
 from report.prices import DEFAULT_TABLE, PriceBook, PriceMode, choose_prices
-from report.render import render_html, render_markdown
-from report.rows import Report
+from report.render import render_html, render_markdown, sections
+from report.rows import Report, Slo
 from report.tables import Table, all_tables
+from report.user_tables import per_user_tables, slo_table
 
 __all__ = ["REPORT_HTML", "REPORT_MD", "Written", "default_out", "write_report"]
 
@@ -40,6 +41,7 @@ def write_report(
     prices: PriceBook | None = None,
     price_mode: PriceMode = "auto",
     price_table: Path = DEFAULT_TABLE,
+    slo: Slo | None = None,
 ) -> Written:
     """Read `results`, write the report into `out` (default: `results`/report).
 
@@ -50,11 +52,15 @@ def write_report(
     """
     campaign = load_campaign_results(results)
     book = prices or choose_prices(price_mode, table=price_table)
-    report = build_report(campaign, book, baseline=baseline)
+    report = build_report(campaign, book, baseline=baseline, slo=slo)
     target = out or default_out(results)
     target.mkdir(parents=True, exist_ok=True)
     tables = all_tables(report)
+    headline = slo_table(report)
+    tables += ([headline] if headline else []) + per_user_tables(report)
     plots = draw_all(report, target)
+    # In the order the page shows them.
+    tables = [t for section in sections(report, tables, plots) for t in section.tables]
     markdown = target / REPORT_MD
     markdown.write_text(render_markdown(report, tables, plots))
     page = target / REPORT_HTML
