@@ -100,7 +100,7 @@ INSTALL_S = {"llama": 492.0, "llama-d2": 0.0, "vllm": 142.0, "vllm-d4": 0.0, "sg
 AT_ONCE_X = 3.2
 REPEAT_FACTORS = (1.0, 0.97, 1.02)
 # Aggregate tok/s medians per (arm, shape, level).
-SWEEP = {
+SWEEP: dict[str, dict[str, tuple[float | None, ...]]] = {
     "llama": {"in512-out128": (125.4, 428.1, 630.8), "in128-out512": (133.8, 597.5, 1056.3)},
     "llama-d2": {"in512-out128": (224.0, 600.0, 600.0), "in128-out512": (271.0, 791.0, 1170.0)},
     "vllm": {"in512-out128": (132.8, 738.3, None), "in128-out512": (138.8, 991.0, 3715.7)},

@@ -37,7 +37,7 @@ ENGINES = {
 
 def _medians() -> dict[str, dict[str, tuple[float | None, ...]]]:
     out: dict[str, dict[str, tuple[float | None, ...]]] = {
-        ("llama@g6" if a == "llama" else a): dict(SWEEP[a]) for a in SWEEP
+        ("llama@g6" if a == "llama" else a): SWEEP[a] for a in SWEEP
     }
     out["llama@t4spot"] = dict(T4_SWEEP)
     return out
