@@ -44,13 +44,13 @@ def engine_name(arm: ArmResults) -> str:
 
 def engine_groups(arms: Sequence[ArmResults]) -> Callable[[ArmResults], str]:
     """How arms are grouped into engines for the drafter, best-per-level and GSM8K-time
-    tables: by engine, and by instance type too where the campaign ran on several (a
-    drafter's gain or an engine's best is a figure of one GPU)."""
-    several = len({a.instance_type for a in arms}) > 1
+    tables: by engine, and by instance type (or results folder) too where the results span
+    several (a drafter's gain or an engine's best is a figure of one GPU)."""
+    several = len({a.where for a in arms}) > 1
 
     def group(arm: ArmResults) -> str:
         name = engine_name(arm)
-        return f"{name} ({arm.instance_type})" if several else name
+        return f"{name} ({arm.where})" if several else name
 
     return group
 

@@ -16,6 +16,7 @@ from report.one_request import drafter_rows, probe_rows
 from report.prices import PriceBook
 from report.rows import Report, Slo
 from report.scope import not_measured, scope_lines
+from report.sites import cross_rows, site_rows, sites, use_cases
 from report.slo import resolve_slo, slo_rows
 from report.sweep import best_rows, sweep_grids
 
@@ -59,6 +60,7 @@ def build_report(
     costs, by_shard = shard_costs(campaign, prices, notes)
     energy_cells, job_energy, sampled = energy_rows(campaign, grids)
     points = cost_points(arms, grids, by_shard)
+    best_sites = site_rows(arms, probe, grids, points) if len(sites(arms)) > 1 else []
     return Report(
         campaign=campaign.campaign,
         description=spec.description,
@@ -84,4 +86,7 @@ def build_report(
         shapes=[g.shape for g in grids],
         slo=objectives,
         slo_rows=slo_rows(arms, grids, points, energy_cells, objectives),
+        cross=cross_rows(arms, probe, grids),
+        site_best=best_sites,
+        use_cases=use_cases(best_sites) if len(sites(arms)) > 1 else [],
     )

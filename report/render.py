@@ -51,6 +51,13 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             [],
             [],
         ),
+        Section(
+            "What to run where",
+            [],
+            [],
+            _pick(tables, "where") + _pick(tables, "cross"),
+            [],
+        ),
         Section("One request", [], [], _pick(tables, "probe"), []),
         Section("Drafter", [], [], _pick(tables, "drafter"), []),
         Section(
@@ -100,12 +107,19 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
     return out
 
 
+def _sources(report: Report) -> str:
+    folders = report.results.folders
+    if not folders:
+        return str(report.results.root)
+    return ", ".join(f"{path} (as @{label})" for label, path in folders)
+
+
 def _header(report: Report) -> tuple[str, str]:
     title = f"Serving benchmark report: {report.campaign}"
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     sub = (
         (report.description + ". " if report.description else "")
-        + f"Generated {made} by `bench report` from {report.results.root}; "
+        + f"Generated {made} by `bench report` from {_sources(report)}; "
         f"arms: {', '.join(report.arms)}."
     )
     return title, sub

@@ -24,18 +24,22 @@ __all__ = [
     "BestCell",
     "BestRow",
     "CostPoint",
+    "CrossRow",
     "DrafterRow",
     "EnergyCell",
     "EvalTimeRow",
     "JobEnergy",
+    "Pick",
     "ProbeRow",
     "Report",
     "ShardCost",
+    "SiteBest",
     "Slo",
     "SloRow",
     "Spread",
     "SweepCell",
     "SweepGrid",
+    "UseCase",
     "beyond_spread",
     "usd_per_million",
 ]
@@ -319,6 +323,52 @@ class JobEnergy:
     gpu_samples: int
 
 
+@dataclass(frozen=True)
+class CrossRow:
+    arm: str  # the arm's name without its site
+    engine: str
+    site: str
+    reference: str  # the site every ratio is taken to
+    one_tok_s: float | None
+    one_ratio: float | None
+    one_differs: bool | None
+    load_shape: str | None
+    load_level: int | None
+    load_tok_s: float | None
+    load_status: str  # the cell's status where it has no ranked figure
+    load_ratio: float | None
+    load_differs: bool | None
+    evals: dict[str, str] = field(default_factory=dict)  # item -> "0.8000 (level)"
+
+
+@dataclass(frozen=True)
+class Pick:
+    label: str
+    tok_s: float
+    usd_per_m: float | None = None
+    level: int | None = None
+    shape: str | None = None
+
+
+@dataclass(frozen=True)
+class SiteBest:
+    """One site's best arm per use case, with its $/M tokens at that site's price."""
+
+    site: str
+    shape: str | None
+    one_request: Pick | None
+    top_load: Pick | None
+    under_slo: Pick | None
+
+
+@dataclass(frozen=True)
+class UseCase:
+    use: str
+    pick: Pick | None
+    site: str | None
+    why: str
+
+
 @dataclass
 class Report:
     campaign: str
@@ -345,5 +395,8 @@ class Report:
     shapes: list[str] = field(default_factory=list)
     slo: Slo = field(default_factory=lambda: Slo())
     slo_rows: list[SloRow] = field(default_factory=list)
+    cross: list[CrossRow] = field(default_factory=list)
+    site_best: list[SiteBest] = field(default_factory=list)
+    use_cases: list[UseCase] = field(default_factory=list)
 
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 from contract.gpus import gpu_family
 from report.arms import ENGINE_NAMES
-from report.load import ArmResults, CampaignResults
+from report.load import ArmResults, CampaignResults, ShardResults
 from report.rows import AccuracyRow, SweepGrid
 
 __all__ = ["not_measured", "scope_lines"]
@@ -20,11 +20,25 @@ def _when(unix_s: float | None) -> str:
 
 
 def scope_lines(campaign: CampaignResults) -> list[str]:
-    lines = []
-    spec = campaign.shards[0].manifest.campaign
-    model = spec.model.name + (f" with drafter {spec.drafter.name}" if spec.drafter else "")
-    lines.append(f"Campaign {spec.name}: {spec.description or 'no description'}; model {model}.")
+    """Per results folder (one, or each of several) its campaign, shards and suite."""
+    groups: dict[tuple[str, str], list[ShardResults]] = {}
     for shard in campaign.shards:
+        groups.setdefault((shard.site, shard.manifest.campaign.name), []).append(shard)
+    lines = []
+    for (site, _), shards in groups.items():
+        lines += _campaign_lines(shards, site)
+    return lines
+
+
+def _campaign_lines(shards: Sequence[ShardResults], site: str) -> list[str]:
+    lines = []
+    spec = shards[0].manifest.campaign
+    model = spec.model.name + (f" with drafter {spec.drafter.name}" if spec.drafter else "")
+    folder = f"Folder @{site}: c" if site else "C"
+    lines.append(
+        f"{folder}ampaign {spec.name}: {spec.description or 'no description'}; model {model}."
+    )
+    for shard in shards:
         m = shard.manifest
         gpus = sorted({str(g.get("name")) for g in m.gpus}) if m.gpus else []
         family = gpu_family(shard.instance_type)

@@ -13,6 +13,7 @@ Marks used in cells (explained in each caption):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from report.rows import (
@@ -48,7 +49,7 @@ class Table:
     key: str  # a stable id: 'probe', 'sweep-in512-out128', ...
     title: str
     columns: tuple[str, ...]
-    rows: list[tuple[str, ...]]
+    rows: Sequence[tuple[str, ...]]
     caption: str = ""
     notes: list[str] = field(default_factory=list)
     align_left: int = 1  # how many leading columns are text (left-aligned)
@@ -384,7 +385,7 @@ def cost_tables(report: Report) -> list[Table]:
     shards = {c.shard: c for c in report.shard_costs}
     priced = [c for c in report.shard_costs if c.on_demand is not None or c.spot is not None]
     if priced:
-        rows = []
+        rows: list[tuple[str, ...]] = []
         for c in report.shard_costs:
             price = f"${c.on_demand.usd_per_hour:,.4f}/h" if c.on_demand else "-"
             spot = (
@@ -479,7 +480,7 @@ def cost_tables(report: Report) -> list[Table]:
 
 
 def energy_tables(report: Report) -> list[Table]:
-    tables = []
+    tables: list[Table] = []
     if not report.gpu_sampled:
         return tables
     for shape in report.shapes:
