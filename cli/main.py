@@ -360,8 +360,8 @@ async def _probe(args: argparse.Namespace) -> int:
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.probe import PROBE_PROMPTS, run_probe
     from agent.results import ResultWriter
-    from cli.tables import probe_table
     from contract.suite import ProbeSettings
+    from report.console import print_tables, probe_table, report_of
 
     settings = ProbeSettings(
         output_tokens=args.output_tokens,
@@ -382,7 +382,7 @@ async def _probe(args: argparse.Namespace) -> int:
         with _progress(total, "probe") as advance:
             summary = await run_probe(client, settings, writer, progress=advance)
     console = _console()
-    console.print(probe_table([("probe", summary)]))
+    print_tables(console, [probe_table(report_of([out]))])
     console.print(f"results: {out}")
     return 0 if summary.requests_failed == 0 else 1
 
@@ -391,8 +391,8 @@ async def _sweep(args: argparse.Namespace) -> int:
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.sweep import count_requests, run_sweep
     from agent.results import ResultWriter
-    from cli.tables import sweep_tables
     from contract.suite import Shape, SweepSettings
+    from report.console import print_tables, report_of, sweep_tables
 
     try:
         shapes = tuple(Shape.parse(s) for s in args.shapes.split(",") if s.strip())
@@ -424,8 +424,7 @@ async def _sweep(args: argparse.Namespace) -> int:
         with _progress(total, "sweep") as advance:
             summary = await run_sweep(client, settings, writer, progress=advance)
     console = _console()
-    for table in sweep_tables([("sweep", summary)]):
-        console.print(table)
+    print_tables(console, sweep_tables(report_of([out])))
     console.print(f"results: {out}")
     return 0 if summary.counts["failed"] == 0 else 1
 

@@ -10,24 +10,15 @@ import argparse
 import sys
 
 from rich.console import Console
-from rich.table import Table as RichTable
 
+from report.console import to_rich
 from report.diff import Gate, diff_reports, diff_rows, diff_table, parse_gate
 from report.prices import DEFAULT_TABLE, PriceError, choose_prices
 from report.rows import Slo
-from report.tables import Table, probe_table
+from report.tables import probe_table
 from report.write import write_report
 
 __all__ = ["run_diff", "run_report"]
-
-
-def _rich(table: Table) -> RichTable:
-    out = RichTable(title=table.title)
-    for i, column in enumerate(table.columns):
-        out.add_column(column, justify="left" if i < table.align_left else "right")
-    for row in table.rows:
-        out.add_row(*row)
-    return out
 
 
 def run_report(args: argparse.Namespace) -> int:
@@ -45,10 +36,10 @@ def run_report(args: argparse.Namespace) -> int:
         print(f"bench report: {exc}", file=sys.stderr)
         return 2
     console = Console()
-    console.print(_rich(probe_table(written.report)))
+    console.print(to_rich(probe_table(written.report)))
     for table in written.tables:
         if table.key in ("slo", "where-overall"):
-            console.print(_rich(table))
+            console.print(to_rich(table))
     for note in written.report.price_notes:
         console.print(note, style="dim", markup=False)
     console.print(f"report: {written.markdown}", markup=False)
@@ -67,7 +58,7 @@ def run_diff(args: argparse.Namespace) -> int:
         return 2
     shown: list[Gate | None] = list(gates) or [None]
     for gate in shown:
-        console.print(_rich(diff_table(rows, gate)))
+        console.print(to_rich(diff_table(rows, gate)))
     for line in only:
         console.print(line, style="dim", markup=False)
     failing = [(r, g) for g in gates for r in rows if r.regressed(g)]

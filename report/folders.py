@@ -63,7 +63,7 @@ def load_standalone(folder: Path) -> CampaignResults:
     arm = _slug(folder.resolve().name)
     item = "sweep" if sweep else "probe"
     spec = CampaignSpec(
-        name=_slug(f"standalone-{arm}").lower(),
+        name=re.sub(r"[^a-z0-9-]+", "-", f"standalone-{arm}".lower())[:48].strip("-"),
         description=f"standalone `bench {item}` against {summary.base_url}",
         model=ModelSpec(name=summary.model, sources={"default": summary.model}),
         shards=(ShardSpec(name="here", instance_type="local", arms=(arm,)),),
