@@ -1,4 +1,4 @@
-"""`bench run [SPEC]`: a campaign on this machine, printed as the seeds' tables."""
+"""`bench run [SPEC]`: a campaign on this machine, printed as the report's tables."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from pathlib import Path
 from rich.console import Console
 
 from agent.local import run_campaign_here
-from cli.tables import eval_table, jobs_table, probe_table, sweep_tables
-from contract.evals import EvalSummary
-from contract.results import SUMMARY_FILE, ProbeSummary, SweepSummary
+from report.console import print_tables, report_of, run_tables
 
 __all__ = ["run_local"]
 
@@ -19,27 +17,8 @@ def run_local(spec: Path | None, out_root: Path, gsm8k_data: Path | None = None)
     console = Console()
     failed = 0
     for outcome in outcomes:
-        probes: list[tuple[str, ProbeSummary]] = []
-        sweeps: list[tuple[str, SweepSummary]] = []
-        evals: list[tuple[str, EvalSummary]] = []
-        for record in outcome.records:
-            path = outcome.shard_dir / "jobs" / record.job_id / SUMMARY_FILE
-            if record.status != "ok" or not path.exists():
-                continue
-            text = path.read_text()
-            if record.item == "probe":
-                probes.append((record.arm, ProbeSummary.model_validate_json(text)))
-            elif record.item == "sweep":
-                sweeps.append((record.arm, SweepSummary.model_validate_json(text)))
-            else:
-                evals.append((record.arm, EvalSummary.model_validate_json(text)))
-        console.print(jobs_table(outcome.records))
-        if probes:
-            console.print(probe_table(probes))
-        for table in sweep_tables(sweeps):
-            console.print(table)
-        if evals:
-            console.print(eval_table(evals))
-        console.print(f"results: {outcome.shard_dir}")
+        print_tables(console, run_tables(report_of([outcome.shard_dir])))
+        console.print(f"results: {outcome.shard_dir}", markup=False)
+        console.print(f"report:  bench report {outcome.shard_dir}", markup=False)
         failed += len(outcome.failed)
     return 0 if failed == 0 else 1

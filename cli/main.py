@@ -183,16 +183,28 @@ def _add_report_parser(sub: argparse._SubParsersAction) -> None:
     """`bench report DIR`: tables, plots, costs and caveats (cli/report.py writes them)."""
     report = sub.add_parser(
         "report",
-        help="write report.md, report.html and PNG plots from a results folder",
-        description="Read a results folder (one shard, or a `bench fetch` / `bench run --out` "
-        "folder above shards), write the seeds' tables, plots, cost per million tokens, scope "
-        "and caveats, and print the one-request table.",
+        help="write report.md, report.html, cells.csv and PNG plots from results folders",
+        description="Read results folders (one shard, a `bench fetch` / `bench run --out` "
+        "folder above shards, or a standalone `bench sweep`/`bench probe` folder), write the "
+        "seeds' tables, per-user speed under the SLO, what to run where across GPUs, plots, "
+        "cost per million tokens, scope and caveats, and print the headline tables.",
     )
-    report.add_argument("dir", type=Path, help="results folder")
+    report.add_argument(
+        "dirs",
+        type=Path,
+        nargs="+",
+        metavar="DIR",
+        help="results folder; several make one report over them (arms shown as arm@label)",
+    )
+    report.add_argument(
+        "--label",
+        type=lambda text: [part.strip() for part in text.split(",")],
+        help="one label per folder, comma-separated, e.g. l4,t4 (default: the folder names)",
+    )
     report.add_argument(
         "--baseline", help="arm that ratios are taken to (default: the first arm with a probe)"
     )
-    report.add_argument("--out", type=Path, help="where to write (default: DIR/report)")
+    report.add_argument("--out", type=Path, help="where to write (default: the first DIR/report)")
     report.add_argument(
         "--prices",
         choices=("auto", "aws", "table"),
@@ -201,7 +213,36 @@ def _add_report_parser(sub: argparse._SubParsersAction) -> None:
         "else the shipped dated table; aws: AWS only; table: never call AWS (auto)",
     )
     report.add_argument("--price-table", type=Path, help="a price table TOML (default: shipped)")
+    for name, what in (("ttft", "time to first token"), ("tpot", "time per output token")):
+        report.add_argument(
+            f"--slo-{name}-ms",
+            type=float,
+            help=f"SLO on {what} p99, ms (default: the spec's slo_{name}_ms)",
+        )
+    report.add_argument(
+        "--slo-e2el-ms", type=float, help="SLO on end-to-end latency p99, ms (default: the spec's)"
+    )
     report.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    diff = sub.add_parser(
+        "diff",
+        help="compare two results folders cell by cell; exit 1 on a gated regression",
+        description="Print every cell OLD and NEW share (one request; each shape and level) "
+        "with the ratio NEW/OLD and whether it is past the run-to-run spread. With --fail-on, "
+        "exit with status 1 when a shared cell's metric moved past the threshold and past the "
+        "spread, so a CI job can gate an engine upgrade.",
+    )
+    diff.add_argument("old", type=Path, help="results folder before")
+    diff.add_argument("new", type=Path, help="results folder after")
+    diff.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="METRIC:±N%",
+        help="e.g. tok_s:-5%% (fell more than 5%%) or ttft_p99_ms:+10%% (rose more than 10%%); "
+        "metrics: tok_s, user_decode_p50_tok_s, ttft_p99_ms, tpot_p99_ms, itl_p99_ms, "
+        "latency_p99_ms; repeatable",
+    )
+    diff.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
 def _add_campaign_parsers(sub: argparse._SubParsersAction) -> None:
@@ -322,8 +363,8 @@ async def _probe(args: argparse.Namespace) -> int:
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.probe import PROBE_PROMPTS, run_probe
     from agent.results import ResultWriter
-    from cli.tables import probe_table
     from contract.suite import ProbeSettings
+    from report.console import print_tables, probe_table, report_of
 
     try:
         settings = ProbeSettings(
@@ -347,7 +388,7 @@ async def _probe(args: argparse.Namespace) -> int:
         with _progress(total, "probe") as advance:
             summary = await run_probe(client, settings, writer, progress=advance)
     console = _console()
-    console.print(probe_table([("probe", summary)]))
+    print_tables(console, [probe_table(report_of([out]))])
     console.print(f"results: {out}")
     return 0 if summary.requests_failed == 0 else 1
 
@@ -356,8 +397,8 @@ async def _sweep(args: argparse.Namespace) -> int:
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.sweep import count_requests, run_sweep
     from agent.results import ResultWriter
-    from cli.tables import sweep_tables
     from contract.suite import Shape, SweepSettings
+    from report.console import print_tables, report_of, sweep_tables
 
     try:
         shapes = tuple(Shape.parse(s) for s in args.shapes.split(",") if s.strip())
@@ -392,8 +433,7 @@ async def _sweep(args: argparse.Namespace) -> int:
         with _progress(total, "sweep") as advance:
             summary = await run_sweep(client, settings, writer, progress=advance)
     console = _console()
-    for table in sweep_tables([("sweep", summary)]):
-        console.print(table)
+    print_tables(console, sweep_tables(report_of([out])))
     console.print(f"results: {out}")
     return 0 if summary.counts["failed"] == 0 else 1
 
@@ -435,6 +475,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from cli.report import run_report
 
             return run_report(args)
+        if args.command == "diff":
+            from cli.report import run_diff
+
+            return run_diff(args)
         if args.command in CAMPAIGN_COMMANDS:
             from cli.control import run_control
 

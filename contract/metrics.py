@@ -18,7 +18,8 @@ Definitions (shared/DESIGN.md, "Metric definitions"):
 - burst window: aggregate output tok/s = output tokens of completed requests / (last finish -
   first send). steady window: output tokens of requests finished inside the window / window.
 - in flight = time-weighted mean of requests between send and finish over the window.
-- goodput = completed requests meeting every given SLO (TTFT, TPOT) / window duration.
+- goodput = completed requests meeting every given SLO (TTFT, TPOT, end-to-end latency) /
+  window duration.
 - percentiles: linear interpolation between closest ranks (numpy's default).
 """
 
@@ -175,9 +176,16 @@ def _finish_ns(r: RequestRecord) -> int | None:
     return r.last_token_ns if r.last_token_ns is not None else r.end_ns
 
 
-def _meets_slos(r: RequestRecord, slo_ttft_ms: float | None, slo_tpot_ms: float | None) -> bool:
-    ttft, tpot = ttft_ms(r), tpot_ms(r)
+def _meets_slos(
+    r: RequestRecord,
+    slo_ttft_ms: float | None,
+    slo_tpot_ms: float | None,
+    slo_e2el_ms: float | None = None,
+) -> bool:
+    ttft, tpot, e2el = ttft_ms(r), tpot_ms(r), latency_ms(r)
     if slo_ttft_ms is not None and (ttft is None or ttft > slo_ttft_ms):
+        return False
+    if slo_e2el_ms is not None and (e2el is None or e2el > slo_e2el_ms):
         return False
     return not (slo_tpot_ms is not None and tpot is not None and tpot > slo_tpot_ms)
 
@@ -191,6 +199,7 @@ def window_stats(
     window_ns: tuple[int, int] | None = None,
     slo_ttft_ms: float | None = None,
     slo_tpot_ms: float | None = None,
+    slo_e2el_ms: float | None = None,
     max_errors: int = 5,
 ) -> WindowStats:
     """Summarise one measured window.
@@ -222,8 +231,8 @@ def window_stats(
         overlap = min(finish, end_ns) - max(r.send_ns, start_ns)
         in_flight_ns += max(0, overlap)
     per_s = (lambda count: count / duration_s) if duration_s > 0 else (lambda count: None)
-    slos_given = slo_ttft_ms is not None or slo_tpot_ms is not None
-    good = sum(1 for r in ok if _meets_slos(r, slo_ttft_ms, slo_tpot_ms))
+    slos_given = any(s is not None for s in (slo_ttft_ms, slo_tpot_ms, slo_e2el_ms))
+    good = sum(1 for r in ok if _meets_slos(r, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms))
     errors: list[str] = []
     for r in failed:
         message = r.error or "no output tokens"

@@ -116,6 +116,9 @@ class SweepSettings(_Settings):
     max_cell_s: float = Field(1800.0, gt=0, le=24 * 3600, description="bound per cell")
     slo_ttft_ms: float | None = Field(None, gt=0, description="goodput: TTFT objective")
     slo_tpot_ms: float | None = Field(None, gt=0, description="goodput: TPOT objective")
+    slo_e2el_ms: float | None = Field(
+        None, gt=0, description="goodput: end-to-end latency objective"
+    )
     request: RequestSettings = RequestSettings()
 
     @field_validator("levels")

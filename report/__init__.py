@@ -10,8 +10,12 @@ the metric functions, the telemetry fold), so a number is never defined twice.
 - `prices`: on-demand and spot prices: the AWS Price List API and spot price history when
   credentials exist, else the dated table shipped beside this module (`prices.toml`).
 - `energy`: joules per output token per sweep cell, from the NVML energy counter.
-- `build`: the report's rows (one-request, drafter, sweep, best per level, accuracy, cost,
-  energy, scope); arithmetic only, every number traced to a summary.
+- `rows`: the typed rows every table shows, the spread rule and $/M tokens arithmetic.
+- `arms`, `one_request`, `sweep`, `accuracy`, `costs`, `scope`: one section's rows each
+  (engine grouping; one request and drafter; sweep grids and best per level; paired
+  accuracy and eval times; instance cost and $/M tokens; scope and caveats).
+- `build`: `build_report`, which calls them; arithmetic only, every number traced to a
+  summary.
 - `tables`, `plots`, `render`: text tables, PNG plots, report.md and a self-contained
   report.html.
 - `write`: the entry point `write_report`.

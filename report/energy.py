@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +26,14 @@ import orjson
 from contract.results import CellResult, SweepSummary
 from contract.telemetry_samples import GpuSample, read_telemetry_csv
 from contract.telemetry_summary import summarize
+from report.load import ITEMS, CampaignResults, requests_path
+from report.rows import EnergyCell, JobEnergy, SweepGrid
 
 __all__ = [
     "CellEnergy",
     "GpuSeries",
     "cell_energy",
+    "energy_rows",
     "read_gpu_series",
     "sweep_energy",
     "window_spans",
@@ -137,3 +140,50 @@ def sweep_energy(
         if energy is not None:
             out[(cell.shape, cell.concurrency)] = energy
     return out
+
+
+def energy_rows(
+    campaign: CampaignResults, grids: Sequence[SweepGrid]
+) -> tuple[list[EnergyCell], list[JobEnergy], bool]:
+    cells: list[EnergyCell] = []
+    jobs: list[JobEnergy] = []
+    sampled = False
+    for shard in campaign.shards:
+        sweeps = {a.jobs["sweep"].job_id: a for a in shard.arms if a.sweep and "sweep" in a.jobs}
+        series = read_gpu_series(shard.telemetry_path, sweeps) if shard.telemetry_path else {}
+        for arm in shard.arms:
+            for item in (i for i in ITEMS if i in arm.jobs):
+                telemetry = arm.telemetry(item)
+                if telemetry is None:
+                    continue
+                sampled = sampled or telemetry.gpu_samples > 0
+                jobs.append(
+                    JobEnergy(
+                        label=arm.label,
+                        item=item,
+                        joules_per_token=telemetry.joules_per_output_token,
+                        energy_j=telemetry.energy_j,
+                        output_tokens=telemetry.output_tokens,
+                        mean_power_w=telemetry.mean_power_w,
+                        gpu_samples=telemetry.gpu_samples,
+                    )
+                )
+        for job_id, arm in sweeps.items():
+            assert arm.sweep is not None
+            found: dict[tuple[str, int], CellEnergy] = sweep_energy(
+                arm.sweep, job_id, series.get(job_id), requests_path(arm, "sweep")
+            )
+            for grid in grids:
+                for level in grid.levels:
+                    energy = found.get((grid.shape, level))
+                    cells.append(
+                        EnergyCell(
+                            label=arm.label,
+                            shape=grid.shape,
+                            concurrency=level,
+                            joules_per_token=energy.joules_per_token if energy else None,
+                            energy_j=energy.energy_j if energy else None,
+                            output_tokens=energy.output_tokens if energy else None,
+                        )
+                    )
+    return cells, jobs, sampled

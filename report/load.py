@@ -64,6 +64,7 @@ class ArmResults:
     engine: EngineServed | None
     facts: ArmFacts | None = None  # from the manifest; None in manifests older than it
     instance_type: str = ""  # the shard's, e.g. g6.4xlarge, or "local"
+    site: str = ""  # the results folder's label where a report reads several folders
     jobs: dict[str, JobRecord] = field(default_factory=dict)  # item -> record
     job_dirs: dict[str, Path] = field(default_factory=dict)  # item -> folder
     probe: ProbeSummary | None = None
@@ -78,6 +79,12 @@ class ArmResults:
     @property
     def drafter(self) -> bool:
         return self.engine is not None and self.engine.drafter is not None
+
+    @property
+    def where(self) -> str:
+        """What the arm ran on, as the per-GPU tables name it: the folder label or the
+        instance type."""
+        return self.site or self.instance_type
 
     def status(self, item: str) -> str:
         """'ok', 'failed' or 'not run' for one suite item."""
@@ -102,10 +109,11 @@ class ShardResults:
     path: Path
     manifest: Manifest
     arms: list[ArmResults]
+    site: str = ""  # the results folder's label where a report reads several folders
 
     @property
     def name(self) -> str:
-        return self.manifest.shard
+        return f"{self.manifest.shard}@{self.site}" if self.site else self.manifest.shard
 
     @property
     def instance_type(self) -> str:
@@ -147,10 +155,11 @@ class CampaignResults:
     root: Path
     shards: list[ShardResults]
     problems: list[str] = field(default_factory=list)
+    folders: list[tuple[str, Path]] = field(default_factory=list)  # (label, path), several
 
     @property
     def campaign(self) -> str:
-        return self.shards[0].manifest.campaign.name
+        return " + ".join(dict.fromkeys(s.manifest.campaign.name for s in self.shards))
 
     def arms(self) -> list[ArmResults]:
         return [arm for shard in self.shards for arm in shard.arms]

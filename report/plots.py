@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from contract.telemetry_samples import GpuSample, HostSample, read_telemetry_csv
-from report.build import Report, SweepGrid
 from report.load import ShardResults
+from report.rows import Report, SweepGrid
 
 __all__ = ["Plot", "draw_all"]
 
@@ -78,7 +78,7 @@ def _save(fig: Figure, path: Path) -> Path:
 
 def _measured(grid: SweepGrid) -> bool:
     """A shape with no figure at all gets no plot (its table says why)."""
-    return any(c.tok_s is not None for c in grid.cells.values())
+    return any(c.ranked for c in grid.cells.values())
 
 
 def throughput_plot(report: Report, out: Path) -> list[Plot]:
@@ -91,7 +91,7 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
         ax = fig.add_subplot()
         missing = False
         for label in grid.arms:
-            ok = [grid.cells[(label, n)] for n in grid.levels if grid.cells[(label, n)].tok_s]
+            ok = [grid.cells[(label, n)] for n in grid.levels if grid.cells[(label, n)].ranked]
             if ok:
                 style = styles[label]
                 ax.errorbar(
@@ -113,7 +113,7 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
             off = [
                 grid.cells[(label, n)]
                 for n in grid.levels
-                if grid.cells[(label, n)].status in ("infeasible", "failed")
+                if grid.cells[(label, n)].status in ("infeasible", "failed", "partial")
             ]
             if off:
                 missing = True
@@ -136,7 +136,7 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
         absent = [
             label
             for label in grid.arms
-            if all(grid.cells[(label, n)].tok_s is None for n in grid.levels)
+            if not any(grid.cells[(label, n)].ranked for n in grid.levels)
         ]
         plots.append(
             Plot(
@@ -144,7 +144,7 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
                 title=f"Aggregate throughput, {grid.shape}",
                 path=path,
                 caption="Median of the repeats, bars min–max"
-                + ("; x on the axis: an infeasible or failed cell" if missing else "")
+                + ("; x on the axis: an infeasible, failed or partial cell" if missing else "")
                 + (f"; no figure at any level, not drawn: {', '.join(absent)}" if absent else "")
                 + ".",
             )

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from report.build import Report
 from report.plots import Plot
+from report.rows import Report
 from report.tables import Table
 
 __all__ = ["Section", "render_html", "render_markdown", "sections"]
@@ -51,6 +51,13 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             [],
             [],
         ),
+        Section(
+            "What to run where",
+            [],
+            [],
+            _pick(tables, "where") + _pick(tables, "cross"),
+            [],
+        ),
         Section("One request", [], [], _pick(tables, "probe"), []),
         Section("Drafter", [], [], _pick(tables, "drafter"), []),
         Section(
@@ -59,6 +66,13 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             [],
             _pick(tables, "sweep"),
             _plots(plots, "throughput") + _plots(plots, "ttft"),
+        ),
+        Section(
+            "Per-user speed and the SLO",
+            [],
+            [],
+            _pick(tables, "slo") + _pick(tables, "user"),
+            _plots(plots, "pareto"),
         ),
         Section("Best per level", [], [], _pick(tables, "best"), []),
         Section(
@@ -93,12 +107,19 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
     return out
 
 
+def _sources(report: Report) -> str:
+    folders = report.results.folders
+    if not folders:
+        return str(report.results.root)
+    return ", ".join(f"{path} (as @{label})" for label, path in folders)
+
+
 def _header(report: Report) -> tuple[str, str]:
     title = f"Serving benchmark report: {report.campaign}"
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     sub = (
         (report.description + ". " if report.description else "")
-        + f"Generated {made} by `bench report` from {report.results.root}; "
+        + f"Generated {made} by `bench report` from {_sources(report)}; "
         f"arms: {', '.join(report.arms)}."
     )
     return title, sub
@@ -161,6 +182,7 @@ table { border-collapse: collapse; margin: 0.8em 0 0.3em; font-variant-numeric: 
 caption { caption-side: top; text-align: left; font-weight: 600; padding-bottom: 0.3em; }
 th, td { border: 1px solid #bbb; padding: 3px 8px; vertical-align: top; }
 th { background: #eee; } td.num { text-align: right; white-space: nowrap; }
+td.muted { color: #999; background: #f3f3f3; }
 p.caption, figcaption { color: #444; font-size: 0.9em; max-width: 70em; }
 figure { margin: 1em 0; } img { max-width: 100%; height: auto; border: 1px solid #ddd; }
 ul.scope li { margin: 0.15em 0; white-space: pre-wrap; }
@@ -184,14 +206,16 @@ def _html_table(table: Table) -> str:
     head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
     body = []
     left = table.align_left
-    for row in table.rows:
+    for r, row in enumerate(table.rows):
         if _status_row(row, left):
             # One cell across the figures: a failure's reason must not widen a number column.
             cells = "".join(f"<td>{_e(c)}</td>" for c in row[:left])
             cells += f'<td class="status" colspan="{len(row) - left}">{_e(row[left])}</td>'
         else:
             cells = "".join(
-                f"<td>{_e(c)}</td>" if i < left else f'<td class="num">{_e(c)}</td>'
+                f"<td>{_e(c)}</td>"
+                if i < left
+                else f'<td class="num{" muted" if (r, i) in table.muted else ""}">{_e(c)}</td>'
                 for i, c in enumerate(row)
             )
         body.append(f"<tr>{cells}</tr>")

@@ -6,7 +6,9 @@ HTML and the CLI as a rich table. Formatting only: every figure comes from `repo
 Marks used in cells (explained in each caption):
 - "≈" after a ratio: within the run-to-run spread, not a difference;
 - "🥇" before the fastest engine at a level, only where its lead beats the spread;
-- a status word (infeasible, failed, not run, job failed) where a cell has no figure.
+- "†" (and grey in HTML) on a sweep cell that misses the SLO;
+- a status word (infeasible, failed, not run, job failed) where a cell has no figure, and
+  "partial, N failed" before the figure of a cell that lost requests.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from report.build import (
+from report.rows import (
     AccuracyRow,
     DrafterRow,
     Report,
@@ -38,6 +40,7 @@ __all__ = [
 ]
 
 NOT_A_DIFFERENCE = "≈"
+SLO_MISS = "†"
 GOLD = "🥇"
 
 
@@ -50,6 +53,7 @@ class Table:
     caption: str = ""
     notes: list[str] = field(default_factory=list)
     align_left: int = 1  # how many leading columns are text (left-aligned)
+    muted: frozenset[tuple[int, int]] = frozenset()  # (row, column): greyed, e.g. misses the SLO
 
 
 def fmt(value: float | None, digits: int = 1) -> str:
@@ -188,15 +192,18 @@ def drafter_table(report: Report) -> Table:
 
 def _sweep_cell_text(grid: SweepGrid, label: str, level: int) -> str:
     cell = grid.cells[(label, level)]
+    if cell.status == "partial" and cell.tok_s is not None:
+        return f"partial, {cell.requests_failed} failed: {fmt(cell.tok_s)}"
     if cell.tok_s is None:
         return (
             _status(cell.status, cell.reason)
             if cell.status in ("infeasible", "failed")
             else (cell.status)
         )
-    if cell.spread is None or cell.spread.n < 2:
-        return fmt(cell.tok_s)
-    return f"{fmt(cell.tok_s)} ({fmt(cell.spread.low)}–{fmt(cell.spread.high)})"
+    text = fmt(cell.tok_s)
+    if cell.spread is not None and cell.spread.n >= 2:
+        text += f" ({fmt(cell.spread.low)}–{fmt(cell.spread.high)})"
+    return f"{text} {SLO_MISS}" if cell.meets_slo is False else text
 
 
 def sweep_tables(report: Report) -> list[Table]:
@@ -206,6 +213,12 @@ def sweep_tables(report: Report) -> list[Table]:
             (str(level), *(_sweep_cell_text(grid, label, level) for label in grid.arms))
             for level in grid.levels
         ]
+        muted = frozenset(
+            (i, j + 1)
+            for i, level in enumerate(grid.levels)
+            for j, label in enumerate(grid.arms)
+            if grid.cells[(label, level)].meets_slo is False
+        )
         counts = []
         for label in grid.arms:
             c = grid.counts.get(label)
@@ -230,10 +243,17 @@ def sweep_tables(report: Report) -> list[Table]:
                     "Median of the repeats"
                     + (f" (n={repeats})" if repeats else "")
                     + ", min–max in brackets; every cell shown, with its status where it "
-                    "has no figure. Cell counts over each arm's whole sweep (every shape): "
+                    "has no figure; a partial cell lost requests and is never ranked. "
+                    + (
+                        f"{SLO_MISS} and greyed: misses the SLO ({report.slo.describe()}). "
+                        if muted
+                        else ""
+                    )
+                    + "Cell counts over each arm's whole sweep (every shape): "
                     + "; ".join(counts)
                     + "."
                 ),
+                muted=muted,
             )
         )
     return tables

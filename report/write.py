@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from report.build import Report, build_report
-from report.load import load_campaign_results
+from report.build import build_report
+from report.cells_csv import write_cells_csv
+from report.folders import load_folders
 from report.plots import Plot, draw_all
 from report.prices import DEFAULT_TABLE, PriceBook, PriceMode, choose_prices
-from report.render import render_html, render_markdown
+from report.render import render_html, render_markdown, sections
+from report.rows import Report, Slo
+from report.site_tables import cross_table, where_tables
 from report.tables import Table, all_tables
+from report.user_tables import per_user_tables, slo_table
 
 __all__ = ["REPORT_HTML", "REPORT_MD", "Written", "default_out", "write_report"]
 
@@ -25,6 +30,7 @@ class Written:
     plots: list[Plot]
     markdown: Path
     html: Path
+    cells_csv: Path
 
 
 def default_out(results: Path) -> Path:
@@ -32,30 +38,41 @@ def default_out(results: Path) -> Path:
 
 
 def write_report(
-    results: Path,
+    results: Path | Sequence[Path],
     out: Path | None = None,
     *,
     baseline: str | None = None,
     prices: PriceBook | None = None,
     price_mode: PriceMode = "auto",
     price_table: Path = DEFAULT_TABLE,
+    slo: Slo | None = None,
+    labels: Sequence[str] | None = None,
 ) -> Written:
-    """Read `results`, write the report into `out` (default: `results`/report).
+    """Read `results` (one folder, or several with their `labels`), write the report into
+    `out` (default: the first folder's report/).
 
     Raises:
         report.load.ResultsError: not a results folder, or several campaigns.
         ValueError: an unknown baseline arm.
         report.prices.PriceError: --prices aws and AWS could not be asked.
     """
-    campaign = load_campaign_results(results)
+    folders = [results] if isinstance(results, Path) else list(results)
+    campaign = load_folders(folders, labels)
     book = prices or choose_prices(price_mode, table=price_table)
-    report = build_report(campaign, book, baseline=baseline)
-    target = out or default_out(results)
+    report = build_report(campaign, book, baseline=baseline, slo=slo)
+    target = out or default_out(folders[0])
     target.mkdir(parents=True, exist_ok=True)
     tables = all_tables(report)
+    headline = slo_table(report)
+    tables += ([headline] if headline else []) + per_user_tables(report)
+    cross = cross_table(report)
+    tables += ([cross] if cross else []) + where_tables(report)
     plots = draw_all(report, target)
+    # In the order the page shows them.
+    tables = [t for section in sections(report, tables, plots) for t in section.tables]
+    cells = write_cells_csv(report.results.arms(), target)
     markdown = target / REPORT_MD
     markdown.write_text(render_markdown(report, tables, plots))
     page = target / REPORT_HTML
     page.write_text(render_html(report, tables, plots))
-    return Written(report, tables, plots, markdown, page)
+    return Written(report, tables, plots, markdown, page, cells)

@@ -217,6 +217,7 @@ class _CellRunner:
                 window_ns=window_ns,
                 slo_ttft_ms=s.slo_ttft_ms,
                 slo_tpot_ms=s.slo_tpot_ms,
+                slo_e2el_ms=s.slo_e2el_ms,
             )
             windows.append(stats)
             self.writer.append_vllm_export(

@@ -80,3 +80,14 @@ def handmade_report(handmade: Handmade, tmp_path_factory: pytest.TempPathFactory
         baseline="llama@g6",
         prices=choose_prices("table"),
     )
+
+
+@pytest.fixture(scope="session")
+def multi_report(handmade: Handmade, tmp_path_factory: pytest.TempPathFactory) -> Written:
+    """The two GPUs of the hand-made campaign read as two results folders, labelled."""
+    return write_report(
+        [handmade.shard_dirs["g6"], handmade.shard_dirs["t4spot"]],
+        tmp_path_factory.mktemp("multi-report"),
+        labels=["l4", "t4"],
+        prices=choose_prices("table"),
+    )

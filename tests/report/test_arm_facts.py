@@ -7,7 +7,7 @@ import pytest
 
 from agent.runner import _arm_facts
 from contract.jobs import ArmFacts
-from report.build import _is_drafter, drafted_tokens, engine_name
+from report.arms import drafted_tokens, engine_name, is_drafter
 from report.load import ArmResults
 
 
@@ -39,11 +39,11 @@ def test_the_report_reads_the_facts_not_the_name():
     )
     arm = _arm("x-d9", facts)
     assert engine_name(arm) == "SGLang"
-    assert drafted_tokens(arm) == "1 token" and _is_drafter(arm)
+    assert drafted_tokens(arm) == "1 token" and is_drafter(arm)
 
 
 def test_an_old_manifest_without_facts_is_read_from_arm_names():
     assert engine_name(_arm("llama-d2", None)) == "llama.cpp"
     assert drafted_tokens(_arm("vllm-d4", None)) == "4 tokens"
     assert drafted_tokens(_arm("sglang-d", None)) == "its own"
-    assert not _is_drafter(_arm("mistralrs", None))
+    assert not is_drafter(_arm("mistralrs", None))

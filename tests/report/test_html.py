@@ -65,7 +65,7 @@ def _parse(path: Path) -> _Page:
     return page
 
 
-@pytest.fixture(params=["handmade", "real"])
+@pytest.fixture(params=["handmade", "multi", "real"])
 def written(request: pytest.FixtureRequest) -> Written:
     return request.getfixturevalue(f"{request.param}_report")
 

@@ -114,3 +114,21 @@ def test_a_local_run_has_no_price_and_says_what_it_did_not_measure(real_report: 
         "ttft-in16-out64",
         "telemetry-here",
     }
+
+
+def test_bench_run_prints_the_reports_own_tables(real_results: Path, real_report: Written):
+    """What `bench run` prints after a campaign is built by the report's builders from the
+    results folder: the same one-request and sweep rows as the written report, and the jobs."""
+    from report.console import report_of, run_tables, to_rich
+
+    printed = run_tables(report_of([_shard(real_results)]))
+    keys = [t.key for t in printed]
+    assert keys[:2] == ["jobs", "probe"]
+    assert {"sweep-in64-out16", "sweep-in16-out64", "accuracy-bfcl"} <= set(keys)
+    jobs = printed[0]
+    assert {r[0] for r in jobs.rows} >= {"pytorch-probe", "llama-sweep", "llama-bfcl"}
+    assert all(r[1] == "ok" for r in jobs.rows)
+    for t in printed[1:]:
+        written = table(real_report, t.key)
+        assert list(t.rows) == list(written.rows), t.key
+        assert to_rich(t).row_count == len(t.rows)
