@@ -33,6 +33,7 @@ import psutil
 from agent.evals.runner import load_task, run_eval
 from agent.gpu import GpuHost, gpu_memory_used_mib
 from agent.installer import EngineInstallError, InstalledEngine, install_engine
+from agent.loadgen.arrivals import connections_for
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import run_probe
 from agent.loadgen.sweep import run_sweep
@@ -503,7 +504,7 @@ class CampaignRunner:
             request = served.request_settings(suite.sweep.request)
             settings = suite.sweep.model_copy(update={"request": request})
             async with OpenAIClient(
-                served.base_url, settings=request, max_connections=max(settings.levels)
+                served.base_url, settings=request, max_connections=connections_for(settings)
             ) as client:
                 sweep = await run_sweep(client, settings, writer)
             if sweep.counts["measured"] == 0:

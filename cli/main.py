@@ -38,6 +38,13 @@ def _csv_ints(text: str) -> tuple[int, ...]:
         ) from exc
 
 
+def _csv_floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+
+
 def _json_object(text: str) -> dict[str, object]:
     try:
         value = json.loads(text)
@@ -140,13 +147,29 @@ def _build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--repeats", type=int, default=5, help="measured windows per cell (5)")
     sweep.add_argument(
         "--mode",
-        choices=("burst", "steady"),
+        choices=("burst", "steady", "rate"),
         default="burst",
-        help="burst: N released at once (the seeds'); steady: N kept in flight for a window",
+        help="burst: N released at once (the seeds'); steady: N kept in flight for a window; "
+        "rate: requests arrive at --rates per second for a window",
     )
+    sweep.add_argument(
+        "--rates", type=_csv_floats, help="rate: comma-separated requests per second, e.g. 1,2,4,8"
+    )
+    sweep.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="rate: gamma shape of the gaps between arrivals; 1 = Poisson, <1 burstier (1)",
+    )
+    sweep.add_argument("--max-concurrency", type=int, help="rate: cap on requests in flight")
+    sweep.add_argument("--seed", type=int, default=0, help="rate: arrival process seed (0)")
     sweep.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up")
-    sweep.add_argument("--window-s", type=float, default=30.0, help="steady: window length (s)")
-    sweep.add_argument("--warmup-s", type=float, default=5.0, help="steady: warm-up before it (s)")
+    sweep.add_argument(
+        "--window-s", type=float, default=30.0, help="steady, rate: window length (s)"
+    )
+    sweep.add_argument(
+        "--warmup-s", type=float, default=5.0, help="steady, rate: warm-up before it (s)"
+    )
     sweep.add_argument("--max-cell-s", type=float, default=1800.0, help="time bound per cell (s)")
     sweep.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT objective (ms)")
     sweep.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT objective (ms)")
@@ -347,6 +370,7 @@ async def _probe(args: argparse.Namespace) -> int:
 
 
 async def _sweep(args: argparse.Namespace) -> int:
+    from agent.loadgen.arrivals import connections_for
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.sweep import count_requests, run_sweep
     from agent.results import ResultWriter
@@ -357,11 +381,17 @@ async def _sweep(args: argparse.Namespace) -> int:
         shapes = tuple(Shape.parse(s) for s in args.shapes.split(",") if s.strip())
     except ValueError as exc:
         raise UserError(f"--shapes: {exc}") from exc
+    if (args.mode == "rate") != bool(args.rates):
+        raise UserError("--rates goes with --mode rate, and --mode rate needs --rates")
     settings = SweepSettings(
         shapes=shapes,
         levels=args.levels,
         repeats=args.repeats,
         mode=args.mode,
+        rates=args.rates or (),
+        burstiness=args.burstiness,
+        max_concurrency=args.max_concurrency,
+        seed=args.seed,
         warmup=not args.no_warmup,
         steady_window_s=args.window_s,
         steady_warmup_s=args.warmup_s,
@@ -377,7 +407,7 @@ async def _sweep(args: argparse.Namespace) -> int:
         model=args.model,
         settings=settings.request,
         transport=args.transport,
-        max_connections=max(settings.levels),
+        max_connections=connections_for(settings),
     ) as client:
         total = count_requests(settings) if settings.mode == "burst" else None
         with _progress(total, "sweep") as advance:

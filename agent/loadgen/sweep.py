@@ -2,7 +2,8 @@
 
 `burst` (the seeds' numbers): N requests released at once, the window ends with the last.
 `steady`: N workers keep N requests in flight; a warm-up period is discarded and requests
-that finish inside the measured window count. Each cell is `ok`, `infeasible` (it cannot
+that finish inside the measured window count. `rate`: open-loop arrivals at each request
+rate (agent/loadgen/arrivals.py), one cell per rate. Each cell is `ok`, `infeasible` (it cannot
 run on this server, with why) or `failed` (it broke, with the error); none is dropped.
 Records are appended as each window ends and the summary rewritten after each cell.
 """
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from agent import metrics
+from agent.loadgen.arrivals import arrival_stats, run_rate_window
 from agent.loadgen.client import ChatRequest, OpenAIClient, ServerInfo
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
 from agent.loadgen.vllm_export import vllm_bench_serve_run
@@ -151,7 +153,7 @@ class _CellRunner:
         await asyncio.gather(*(worker(i) for i in range(level)))
         return records, window
 
-    async def run_cell(self, shape: Shape, level: int) -> CellResult:
+    async def run_cell(self, shape: Shape, level: int, rate: float | None = None) -> CellResult:
         s = self.settings
         base = dict(
             shape=shape.name,
@@ -159,6 +161,7 @@ class _CellRunner:
             output_tokens=shape.output_tokens,
             concurrency=level,
             mode=s.mode,
+            request_rate=rate,
         )
         needed = shape.input_tokens + shape.output_tokens
         if self.info.max_context_tokens and needed > self.info.max_context_tokens:
@@ -171,7 +174,8 @@ class _CellRunner:
         deadline = time.monotonic() + s.max_cell_s
         windows: list[WindowStats] = []
         all_errors: list[str | None] = []
-        first_repeat = -1 if s.warmup else 0
+        # A rate window opens with its own warm-up seconds, so it needs no warm-up window.
+        first_repeat = -1 if s.warmup and rate is None else 0
         for repeat in range(first_repeat, s.repeats):
             if time.monotonic() > deadline:
                 log.warning(
@@ -181,11 +185,24 @@ class _CellRunner:
                     len(windows),
                 )
                 break
-            label = f"{shape.name}/c{level}/" + ("warmup" if repeat < 0 else f"r{repeat}")
+            point = f"c{level}" if rate is None else f"rate{rate:g}"
+            label = f"{shape.name}/{point}/" + ("warmup" if repeat < 0 else f"r{repeat}")
             phase = "warmup" if repeat < 0 else "measured"
             if s.mode == "burst":
                 prompts = await self.prompts.build(level, shape.input_tokens)
                 records = await self._burst(self._requests(prompts, shape, label, phase))
+                window_ns = None
+            elif rate is not None:
+                records, rate_window = await run_rate_window(
+                    self.client,
+                    self.prompts,
+                    s,
+                    shape,
+                    rate,
+                    label,
+                    seed=f"{s.seed}/{shape.name}/{rate}/{repeat}",
+                    progress=self.progress,
+                )
                 window_ns = None
             else:
                 records, window_ns = await self._steady(shape, level, label)
@@ -199,7 +216,7 @@ class _CellRunner:
                     return CellResult(**base, status="infeasible", reason=records[0].error)
                 continue
             stats = metrics.window_stats(
-                records,
+                [r for r in records if r.phase == "measured"] if rate is not None else records,
                 repeat=repeat,
                 mode=s.mode,
                 concurrency=level,
@@ -207,6 +224,9 @@ class _CellRunner:
                 slo_ttft_ms=s.slo_ttft_ms,
                 slo_tpot_ms=s.slo_tpot_ms,
             )
+            if rate is not None:
+                offered = arrival_stats(records, rate_window, rate=rate, settings=s)
+                stats = stats.model_copy(update={"arrivals": offered})
             windows.append(stats)
             self.writer.append_vllm_export(
                 vllm_bench_serve_run(
@@ -218,7 +238,14 @@ class _CellRunner:
                     date=datetime.now(UTC),
                 )
             )
-        return _cell_from_windows(base, windows, all_errors)
+        cell = _cell_from_windows(base, windows, all_errors)
+        saturated = [w.arrivals for w in windows if w.arrivals and w.arrivals.over_saturated]
+        if saturated:
+            why = f"over-saturated in {len(saturated)} of {len(windows)} windows: "
+            why += saturated[0].over_saturation_reason or ""
+            reason = f"{cell.reason}; {why}" if cell.reason else why
+            cell = cell.model_copy(update={"over_saturated": True, "reason": reason})
+        return cell
 
 
 def _cell_from_windows(
@@ -301,9 +328,14 @@ async def run_sweep(
             counts=_counts(cells),
         )
 
+    points: list[tuple[int, float | None]] = (
+        [(settings.max_concurrency or 0, rate) for rate in settings.rates]
+        if settings.mode == "rate"
+        else [(level, None) for level in settings.levels]
+    )
     for shape in settings.shapes:
-        for level in settings.levels:
-            cell = await runner.run_cell(shape, level)
+        for level, rate in points:
+            cell = await runner.run_cell(shape, level, rate)
             cells.append(cell)
             writer.write_summary(summary(finished=False))
             if cell.status != "ok":
