@@ -37,6 +37,7 @@ from agent.loadgen.arrivals import connections_for
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import run_probe
 from agent.loadgen.sweep import run_sweep
+from agent.loadgen.text_sources import load_source
 from agent.models import ModelResolveError, resolve_model
 from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
 from agent.results import ResultWriter
@@ -506,7 +507,10 @@ class CampaignRunner:
             async with OpenAIClient(
                 served.base_url, settings=request, max_connections=connections_for(settings)
             ) as client:
-                sweep = await run_sweep(client, settings, writer)
+                source = load_source(
+                    settings.prompts, gsm8k_data=self.gsm8k_data, data_dir=self.work_dir / "data"
+                )
+                sweep = await run_sweep(client, settings, writer, source=source)
             if sweep.counts["measured"] == 0:
                 raise RuntimeError(f"no cell measured ({sweep.counts})")
             return sum(w.output_tokens for c in sweep.cells for w in c.repeats)

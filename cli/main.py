@@ -163,6 +163,18 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     sweep.add_argument("--max-concurrency", type=int, help="rate: cap on requests in flight")
     sweep.add_argument("--seed", type=int, default=0, help="rate: arrival process seed (0)")
+    sweep.add_argument(
+        "--prompts",
+        default="synthetic",
+        help="prompt text: synthetic (shuffled filler words), gsm8k, bfcl or jsonl:PATH "
+        "(lines of text or {\"text\": ...}); nonce first, exact length either way (synthetic)",
+    )
+    sweep.add_argument(
+        "--gsm8k-data",
+        type=Path,
+        help="--prompts gsm8k: a local copy of the GSM8K test split (else downloaded, "
+        "sha256-pinned)",
+    )
     sweep.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up")
     sweep.add_argument(
         "--window-s", type=float, default=30.0, help="steady, rate: window length (s)"
@@ -373,6 +385,7 @@ async def _sweep(args: argparse.Namespace) -> int:
     from agent.loadgen.arrivals import connections_for
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.sweep import count_requests, run_sweep
+    from agent.loadgen.text_sources import load_source
     from agent.results import ResultWriter
     from cli.tables import sweep_tables
     from contract.suite import Shape, SweepSettings
@@ -392,6 +405,7 @@ async def _sweep(args: argparse.Namespace) -> int:
         burstiness=args.burstiness,
         max_concurrency=args.max_concurrency,
         seed=args.seed,
+        prompts=args.prompts,
         warmup=not args.no_warmup,
         steady_window_s=args.window_s,
         steady_warmup_s=args.warmup_s,
@@ -400,6 +414,7 @@ async def _sweep(args: argparse.Namespace) -> int:
         slo_tpot_ms=args.slo_tpot_ms,
         request=_request_settings(args),
     )
+    source = load_source(settings.prompts, gsm8k_data=args.gsm8k_data)
     out = args.out or _default_out("sweep")
     writer = ResultWriter(out)
     async with OpenAIClient(
@@ -411,7 +426,9 @@ async def _sweep(args: argparse.Namespace) -> int:
     ) as client:
         total = count_requests(settings) if settings.mode == "burst" else None
         with _progress(total, "sweep") as advance:
-            summary = await run_sweep(client, settings, writer, progress=advance)
+            summary = await run_sweep(
+                client, settings, writer, progress=advance, source=source
+            )
     console = _console()
     for table in sweep_tables([("sweep", summary)]):
         console.print(table)

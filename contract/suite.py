@@ -86,6 +86,8 @@ class PromptCalibration(_Settings):
         description="usage.prompt_tokens minus the raw content's tokens"
     )
     tokens_per_word: float
+    text_source: str = Field("synthetic", description="where prompt words came from")
+    text_sha256: str | None = Field(None, description="sha256 of the source's text")
 
 
 class ProbeSettings(_Settings):
@@ -117,6 +119,12 @@ class SweepSettings(_Settings):
         None, ge=1, le=MAX_CONCURRENCY, description="rate mode: cap on requests in flight"
     )
     seed: int = Field(0, ge=0, description="rate mode: seed of the arrival process")
+    prompts: str = Field(
+        "synthetic",
+        pattern=r"^(synthetic|gsm8k|bfcl|jsonl:.+)$",
+        description="prompt text: shuffled filler words, GSM8K or BFCL questions, or a JSONL "
+        "file's texts; always nonce first and cut to the exact length",
+    )
     max_cell_s: float = Field(1800.0, gt=0, le=24 * 3600, description="bound per cell")
     slo_ttft_ms: float | None = Field(None, gt=0, description="goodput: TTFT objective")
     slo_tpot_ms: float | None = Field(None, gt=0, description="goodput: TPOT objective")

@@ -20,6 +20,7 @@ from agent import metrics
 from agent.loadgen.arrivals import arrival_stats, run_rate_window
 from agent.loadgen.client import ChatRequest, OpenAIClient, ServerInfo
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
+from agent.loadgen.text_sources import TextSource, calibrate_source, load_source
 from agent.loadgen.vllm_export import vllm_bench_serve_run
 from agent.results import ResultWriter
 from contract.results import CellResult, CellStatus, RequestRecord, SweepSummary, WindowStats
@@ -290,15 +291,19 @@ async def run_sweep(
     progress: ProgressHook | None = None,
     on_cell: Callable[[CellResult], None] | None = None,
     prompt_factory: Callable[[PromptCalibration], PromptFactory] | None = None,
+    source: TextSource | None = None,
 ) -> SweepSummary:
     """Run every cell; the summary on disk is complete after each one.
 
     `prompt_factory` replaces how prompts are made (tests use it to mix in faults).
+    `source` is the text of `settings.prompts`, when the caller loaded it already.
     """
+    if source is None and settings.prompts != "synthetic":
+        source = load_source(settings.prompts)
     info = await client.server_info()
     started = time.time()
     anchor_unix, anchor_ns = time.time(), time.perf_counter_ns()
-    calibration = await calibrate(client)
+    calibration = await calibrate_source(client, await calibrate(client), source)
     log.info(
         "prompt calibration: tokenize=%s overhead=%d tokens/word=%.3f",
         calibration.tokenize_endpoint,
@@ -308,7 +313,7 @@ async def run_sweep(
     factory = (
         prompt_factory(calibration)
         if prompt_factory
-        else PromptFactory(calibration, client.tokenize_raw)
+        else PromptFactory(calibration, client.tokenize_raw, source=source)
     )
     runner = _CellRunner(client, settings, factory, writer, info, progress)
     cells: list[CellResult] = []
