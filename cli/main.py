@@ -208,6 +208,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     _add_campaign_parsers(sub)
     _add_report_parser(sub)
+    from cli.eval_cmd import add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 
@@ -465,6 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_probe(args))
         if args.command == "sweep":
             return asyncio.run(_sweep(args))
+        if args.command == "eval":
+            from cli.eval_cmd import run_eval_command
+
+            return run_eval_command(args)
         if args.command == "run":
             from cli.local_run import run_local
 
