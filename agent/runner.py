@@ -43,6 +43,11 @@ from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
 from agent.results import ResultWriter
 from agent.supervisor import EngineError, EngineServer, port_in_use
 from agent.telemetry import TelemetrySampler
+from agent.telemetry.server_metrics import (
+    SERVER_METRICS_FILE,
+    ServerMetricsCsv,
+    ServerMetricsPoller,
+)
 from contract.jobs import (
     JOB_FILE,
     MANIFEST_FILE,
@@ -510,7 +515,15 @@ class CampaignRunner:
                 source = load_source(
                     settings.prompts, gsm8k_data=self.gsm8k_data, data_dir=self.work_dir / "data"
                 )
-                sweep = await run_sweep(client, settings, writer, source=source)
+                rows = ServerMetricsCsv(self.shard_dir / SERVER_METRICS_FILE)
+                rows.job_id = job.job_id
+                try:
+                    with ServerMetricsPoller(served.base_url, sink=rows) as server_metrics:
+                        sweep = await run_sweep(
+                            client, settings, writer, source=source, server_metrics=server_metrics
+                        )
+                finally:
+                    rows.close()
             if sweep.counts["measured"] == 0:
                 raise RuntimeError(f"no cell measured ({sweep.counts})")
             return sum(w.output_tokens for c in sweep.cells for w in c.repeats)

@@ -390,6 +390,11 @@ async def _sweep(args: argparse.Namespace) -> int:
     from agent.loadgen.sweep import count_requests, run_sweep
     from agent.loadgen.text_sources import load_source
     from agent.results import ResultWriter
+    from agent.telemetry.server_metrics import (
+        SERVER_METRICS_FILE,
+        ServerMetricsCsv,
+        ServerMetricsPoller,
+    )
     from cli.tables import sweep_tables
     from contract.suite import Shape, SweepSettings
 
@@ -420,6 +425,7 @@ async def _sweep(args: argparse.Namespace) -> int:
     source = load_source(settings.prompts, gsm8k_data=args.gsm8k_data)
     out = args.out or _default_out("sweep")
     writer = ResultWriter(out)
+    rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
     async with OpenAIClient(
         args.url,
         model=args.model,
@@ -428,10 +434,20 @@ async def _sweep(args: argparse.Namespace) -> int:
         max_connections=connections_for(settings),
     ) as client:
         total = count_requests(settings) if settings.mode == "burst" else None
-        with _progress(total, "sweep") as advance:
+        with (
+            _progress(total, "sweep") as advance,
+            ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
+        ):
+            rows.job_id = "sweep"
             summary = await run_sweep(
-                client, settings, writer, progress=advance, source=source
+                client,
+                settings,
+                writer,
+                progress=advance,
+                source=source,
+                server_metrics=server_metrics,
             )
+    rows.close()
     console = _console()
     for table in sweep_tables([("sweep", summary)]):
         console.print(table)

@@ -29,6 +29,7 @@ __all__ = [
     "ProbePrompt",
     "ProbeSummary",
     "RequestRecord",
+    "ServerCounters",
     "SweepSummary",
     "WindowStats",
 ]
@@ -176,6 +177,25 @@ class WindowStats(_Record):
     arrivals: ArrivalStats | None = Field(None, description="rate mode: what was offered")
 
 
+class ServerCounters(_Record):
+    """What the server's own /metrics counted over a span (a cell): None = not published."""
+
+    seconds: float
+    preemptions: float | None = None
+    prefix_cache_queries: float | None = Field(None, description="prompt tokens looked up")
+    prefix_cache_hits: float | None = Field(None, description="prompt tokens found cached")
+    spec_drafts: float | None = Field(None, description="drafter proposals (steps)")
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    spec_acceptance_rate: float | None = Field(None, description="accepted / drafted tokens")
+    spec_acceptance_rate_per_position: list[float] = Field(
+        default_factory=list, description="accepted at draft position i / drafts"
+    )
+    spec_accept_length: float | None = Field(
+        None, description="mean accepted per step, where only that gauge is published"
+    )
+
+
 class CellResult(_Record):
     """One (shape, concurrency) cell of a sweep: its repeats and their median."""
 
@@ -186,6 +206,10 @@ class CellResult(_Record):
     mode: SweepMode
     request_rate: float | None = Field(None, description="rate mode: requests per second")
     over_saturated: bool = Field(False, description="rate mode: in flight grew through a window")
+    server: ServerCounters | None = Field(None, description="the server's /metrics over the cell")
+    prefix_cache_suspect: bool = Field(
+        False, description="the server's prefix cache hit more than the chat template's head"
+    )
     status: CellStatus
     reason: str | None = None
     repeats: list[WindowStats] = Field(default_factory=list)

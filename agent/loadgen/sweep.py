@@ -23,6 +23,7 @@ from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
 from agent.loadgen.text_sources import TextSource, calibrate_source, load_source
 from agent.loadgen.vllm_export import vllm_bench_serve_run
 from agent.results import ResultWriter
+from agent.telemetry.server_metrics import ServerMetricsPoller, ServerReading, annotate_cell
 from contract.results import CellResult, CellStatus, RequestRecord, SweepSummary, WindowStats
 from contract.suite import PromptCalibration, Shape, SweepSettings
 
@@ -283,6 +284,10 @@ def _counts(cells: list[CellResult]) -> dict[str, int]:
     }
 
 
+async def _server_reading(poller: ServerMetricsPoller | None) -> ServerReading | None:
+    return await asyncio.to_thread(poller.read_now) if poller is not None else None
+
+
 async def run_sweep(
     client: OpenAIClient,
     settings: SweepSettings,
@@ -292,11 +297,13 @@ async def run_sweep(
     on_cell: Callable[[CellResult], None] | None = None,
     prompt_factory: Callable[[PromptCalibration], PromptFactory] | None = None,
     source: TextSource | None = None,
+    server_metrics: ServerMetricsPoller | None = None,
 ) -> SweepSummary:
     """Run every cell; the summary on disk is complete after each one.
 
     `prompt_factory` replaces how prompts are made (tests use it to mix in faults).
     `source` is the text of `settings.prompts`, when the caller loaded it already.
+    `server_metrics` reads the server's /metrics at each cell's ends (counters, prefix check).
     """
     if source is None and settings.prompts != "synthetic":
         source = load_source(settings.prompts)
@@ -340,7 +347,11 @@ async def run_sweep(
     )
     for shape in settings.shapes:
         for level, rate in points:
+            before = await _server_reading(server_metrics)
             cell = await runner.run_cell(shape, level, rate)
+            if server_metrics is not None:
+                after = await _server_reading(server_metrics)
+                cell = annotate_cell(cell, before, after, calibration)
             cells.append(cell)
             writer.write_summary(summary(finished=False))
             if cell.status != "ok":
