@@ -39,6 +39,7 @@ ProgressHook = Callable[[int], None]
 _LEAD_NS = 20_000_000
 _OUTSTANDING_POINTS = 200
 _WARM_MAX = 256
+_SPIN_NS = 1_500_000
 # A backlog that grew by at least this many requests, and by half of where it started,
 # through the window (its fitted trend, not two noisy end points) is over-saturation.
 _GROWTH_MIN_REQUESTS = 3.0
@@ -109,8 +110,12 @@ async def run_rate_window(
     for i, (offset, prompt) in enumerate(zip(offsets, pool, strict=True)):
         due_ns = start_ns + int(offset * 1e9)
         delay_ns = due_ns - time.perf_counter_ns()
-        if delay_ns > 0:
-            await asyncio.sleep(delay_ns / 1e9)
+        if delay_ns > _SPIN_NS:
+            await asyncio.sleep((delay_ns - _SPIN_NS) / 1e9)
+        # The loop's timers wake up to a millisecond late (epoll's timeout is whole ms), so
+        # the last stretch yields to the loop turn by turn, still serving the streams.
+        while time.perf_counter_ns() < due_ns:
+            await asyncio.sleep(0)
         released_ns = time.perf_counter_ns()
         request = ChatRequest(
             prompt=prompt.text,
