@@ -378,6 +378,7 @@ async def _probe(args: argparse.Namespace) -> int:
     ) as client:
         with _progress(total, "probe") as advance:
             summary = await run_probe(client, settings, writer, progress=advance)
+    _standalone(out, "probe", summary.base_url, [summary.model], settings)
     console = _console()
     console.print(probe_table([("probe", summary)]))
     console.print(f"results: {out}")
@@ -448,11 +449,25 @@ async def _sweep(args: argparse.Namespace) -> int:
                 server_metrics=server_metrics,
             )
     rows.close()
+    _standalone(out, "sweep", summary.base_url, [summary.model], settings)
     console = _console()
     for table in sweep_tables([("sweep", summary)]):
         console.print(table)
     console.print(f"results: {out}")
     return 0 if summary.counts["failed"] == 0 else 1
+
+
+def _standalone(out: Path, kind: str, base_url: str, models: list[str], settings) -> None:
+    """standalone.json beside the summary, so `bench report` can read the folder."""
+    from agent.standalone import write_standalone_manifest
+
+    write_standalone_manifest(
+        out,
+        kind=kind,  # type: ignore[arg-type]
+        base_url=base_url,
+        models=models,
+        settings=settings.model_dump(mode="json"),
+    )
 
 
 def _progress(total: int | None, description: str):

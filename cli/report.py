@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table as RichTable
 
+from cli.standalone_report import standalone_view
 from report.prices import DEFAULT_TABLE, PriceError
 from report.tables import Table, probe_table
 from report.write import write_report
@@ -29,9 +32,18 @@ def _rich(table: Table) -> RichTable:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-report-") as scratch:
+        # Standalone probe/sweep/eval folders are read through a campaign-shaped view.
+        view = standalone_view(args.dir, Path(scratch))
+        if view is not None:
+            args.out = args.out or args.dir / "report"
+        return _run_report(args, view or args.dir)
+
+
+def _run_report(args: argparse.Namespace, results: Path) -> int:
     try:
         written = write_report(
-            args.dir,
+            results,
             args.out,
             baseline=args.baseline,
             price_mode=args.prices,

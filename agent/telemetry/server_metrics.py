@@ -289,7 +289,7 @@ class ServerMetricsPoller:
             self.failures += 1
             if not self._warned:
                 self._warned = True
-                log.info("server metrics: %s gave none (%s); going on without", self.url, exc)
+                log.debug("server metrics: %s gave none (%s); going on without", self.url, exc)
             return None
         with self._lock:
             self._latest = reading
