@@ -32,14 +32,21 @@ import psutil
 from agent.evals.runner import load_task, run_eval
 from agent.gpu import GpuHost, gpu_memory_used_mib
 from agent.installer import EngineInstallError, InstalledEngine, install_engine
+from agent.loadgen.arrivals import connections_for
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import run_probe
 from agent.loadgen.sweep import run_sweep
+from agent.loadgen.text_sources import load_source
 from agent.models import ModelResolveError, resolve_model
 from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
 from agent.results import ResultWriter
 from agent.supervisor import EngineError, EngineServer, port_in_use
 from agent.telemetry import TelemetrySampler
+from agent.telemetry.server_metrics import (
+    SERVER_METRICS_FILE,
+    ServerMetricsCsv,
+    ServerMetricsPoller,
+)
 from contract.files import sha256_file, tail
 from contract.jobs import (
     JOB_FILE,
@@ -526,9 +533,24 @@ class CampaignRunner:
         request = served.request_settings(self.spec.suite.sweep.request)
         settings = self.spec.suite.sweep.model_copy(update={"request": request})
         async with OpenAIClient(
-            served.base_url, settings=request, max_connections=max(settings.levels)
+            served.base_url, settings=request, max_connections=connections_for(settings)
         ) as client:
-            sweep = await run_sweep(client, settings, ResultWriter(folder))
+            source = load_source(
+                settings.prompts, gsm8k_data=self.gsm8k_data, data_dir=self.work_dir / "data"
+            )
+            rows = ServerMetricsCsv(self.shard_dir / SERVER_METRICS_FILE)
+            rows.job_id = job.job_id
+            try:
+                with ServerMetricsPoller(served.base_url, sink=rows) as server_metrics:
+                    sweep = await run_sweep(
+                        client,
+                        settings,
+                        ResultWriter(folder),
+                        source=source,
+                        server_metrics=server_metrics,
+                    )
+            finally:
+                rows.close()
         if sweep.counts["measured"] == 0:
             raise RuntimeError(f"no cell measured ({sweep.counts})")
         return sum(w.output_tokens for c in sweep.cells for w in c.repeats)

@@ -41,6 +41,13 @@ def _csv_ints(text: str) -> tuple[int, ...]:
         ) from exc
 
 
+def _csv_floats(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+
+
 def _json_object(text: str) -> dict[str, object]:
     try:
         value = json.loads(text)
@@ -143,13 +150,41 @@ def _build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--repeats", type=int, default=5, help="measured windows per cell (5)")
     sweep.add_argument(
         "--mode",
-        choices=("burst", "steady"),
+        choices=("burst", "steady", "rate"),
         default="burst",
-        help="burst: N released at once (the seeds'); steady: N kept in flight for a window",
+        help="burst: N released at once (the seeds'); steady: N kept in flight for a window; "
+        "rate: requests arrive at --rates per second for a window",
+    )
+    sweep.add_argument(
+        "--rates", type=_csv_floats, help="rate: comma-separated requests per second, e.g. 1,2,4,8"
+    )
+    sweep.add_argument(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        help="rate: gamma shape of the gaps between arrivals; 1 = Poisson, <1 burstier (1)",
+    )
+    sweep.add_argument("--max-concurrency", type=int, help="rate: cap on requests in flight")
+    sweep.add_argument("--seed", type=int, default=0, help="rate: arrival process seed (0)")
+    sweep.add_argument(
+        "--prompts",
+        default="synthetic",
+        help="prompt text: synthetic (shuffled filler words), gsm8k, bfcl or jsonl:PATH "
+        "(lines of text or {\"text\": ...}); nonce first, exact length either way (synthetic)",
+    )
+    sweep.add_argument(
+        "--gsm8k-data",
+        type=Path,
+        help="--prompts gsm8k: a local copy of the GSM8K test split (else downloaded, "
+        "sha256-pinned)",
     )
     sweep.add_argument("--no-warmup", action="store_true", help="skip the unmeasured warm-up")
-    sweep.add_argument("--window-s", type=float, default=30.0, help="steady: window length (s)")
-    sweep.add_argument("--warmup-s", type=float, default=5.0, help="steady: warm-up before it (s)")
+    sweep.add_argument(
+        "--window-s", type=float, default=30.0, help="steady, rate: window length (s)"
+    )
+    sweep.add_argument(
+        "--warmup-s", type=float, default=5.0, help="steady, rate: warm-up before it (s)"
+    )
     sweep.add_argument("--max-cell-s", type=float, default=1800.0, help="time bound per cell (s)")
     sweep.add_argument("--slo-ttft-ms", type=float, help="goodput: TTFT objective (ms)")
     sweep.add_argument("--slo-tpot-ms", type=float, help="goodput: TPOT objective (ms)")
@@ -176,6 +211,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     _add_campaign_parsers(sub)
     _add_report_parser(sub)
+    from cli.eval_cmd import add_eval_parser
+
+    add_eval_parser(sub)
     return parser
 
 
@@ -387,6 +425,7 @@ async def _probe(args: argparse.Namespace) -> int:
     ) as client:
         with _progress(total, "probe") as advance:
             summary = await run_probe(client, settings, writer, progress=advance)
+    _standalone(out, "probe", summary.base_url, [summary.model], settings)
     console = _console()
     print_tables(console, [probe_table(report_of([out]))])
     console.print(f"results: {out}")
@@ -394,9 +433,16 @@ async def _probe(args: argparse.Namespace) -> int:
 
 
 async def _sweep(args: argparse.Namespace) -> int:
+    from agent.loadgen.arrivals import connections_for
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.sweep import count_requests, run_sweep
+    from agent.loadgen.text_sources import load_source
     from agent.results import ResultWriter
+    from agent.telemetry.server_metrics import (
+        SERVER_METRICS_FILE,
+        ServerMetricsCsv,
+        ServerMetricsPoller,
+    )
     from contract.suite import Shape, SweepSettings
     from report.console import print_tables, report_of, sweep_tables
 
@@ -404,12 +450,19 @@ async def _sweep(args: argparse.Namespace) -> int:
         shapes = tuple(Shape.parse(s) for s in args.shapes.split(",") if s.strip())
     except ValueError as exc:
         raise UserError(f"--shapes: {exc}") from exc
+    if (args.mode == "rate") != bool(args.rates):
+        raise UserError("--rates goes with --mode rate, and --mode rate needs --rates")
     try:
         settings = SweepSettings(
             shapes=shapes,
             levels=args.levels,
             repeats=args.repeats,
             mode=args.mode,
+            rates=args.rates or (),
+            burstiness=args.burstiness,
+            max_concurrency=args.max_concurrency,
+            seed=args.seed,
+            prompts=args.prompts,
             warmup=not args.no_warmup,
             steady_window_s=args.window_s,
             steady_warmup_s=args.warmup_s,
@@ -420,22 +473,50 @@ async def _sweep(args: argparse.Namespace) -> int:
         )
     except ValidationError as exc:
         raise UserError(_one_line(exc)) from exc
+    source = load_source(settings.prompts, gsm8k_data=args.gsm8k_data)
     out = args.out or _default_out("sweep")
     writer = ResultWriter(out)
+    rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
     async with OpenAIClient(
         args.url,
         model=args.model,
         settings=settings.request,
         transport=args.transport,
-        max_connections=max(settings.levels),
+        max_connections=connections_for(settings),
     ) as client:
         total = count_requests(settings) if settings.mode == "burst" else None
-        with _progress(total, "sweep") as advance:
-            summary = await run_sweep(client, settings, writer, progress=advance)
+        with (
+            _progress(total, "sweep") as advance,
+            ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
+        ):
+            rows.job_id = "sweep"
+            summary = await run_sweep(
+                client,
+                settings,
+                writer,
+                progress=advance,
+                source=source,
+                server_metrics=server_metrics,
+            )
+    rows.close()
+    _standalone(out, "sweep", summary.base_url, [summary.model], settings)
     console = _console()
     print_tables(console, sweep_tables(report_of([out])))
     console.print(f"results: {out}")
     return 0 if summary.counts["failed"] == 0 else 1
+
+
+def _standalone(out: Path, kind: str, base_url: str, models: list[str], settings) -> None:
+    """standalone.json beside the summary, so `bench report` can read the folder."""
+    from agent.standalone import write_standalone_manifest
+
+    write_standalone_manifest(
+        out,
+        kind=kind,  # type: ignore[arg-type]
+        base_url=base_url,
+        models=models,
+        settings=settings.model_dump(mode="json"),
+    )
 
 
 def _progress(total: int | None, description: str):
@@ -467,6 +548,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(_probe(args))
         if args.command == "sweep":
             return asyncio.run(_sweep(args))
+        if args.command == "eval":
+            from cli.eval_cmd import run_eval_command
+
+            return run_eval_command(args)
         if args.command == "run":
             from cli.local_run import run_local
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 
 from rich.console import Console
 
+from cli.standalone_report import standalone_view
 from report.console import to_rich
 from report.diff import Gate, diff_reports, diff_rows, diff_table, parse_gate
 from report.prices import DEFAULT_TABLE, PriceError, choose_prices
@@ -22,9 +25,18 @@ __all__ = ["run_diff", "run_report"]
 
 
 def run_report(args: argparse.Namespace) -> int:
+    with tempfile.TemporaryDirectory(prefix="bench-report-") as scratch:
+        # Standalone probe/sweep/eval folders are read through a campaign-shaped view.
+        views = [standalone_view(d, Path(scratch) / str(i)) for i, d in enumerate(args.dirs)]
+        if views[0] is not None:
+            args.out = args.out or args.dirs[0] / "report"
+        return _run_report(args, [v or d for v, d in zip(views, args.dirs, strict=True)])
+
+
+def _run_report(args: argparse.Namespace, results: list[Path]) -> int:
     try:
         written = write_report(
-            args.dirs,
+            results,
             args.out,
             baseline=args.baseline,
             price_mode=args.prices,

@@ -70,6 +70,9 @@ class _EvalSettings(_Settings):
         None, ge=1, description="ask only the first N questions (smoke runs); None = all"
     )
     request: RequestSettings = Field(default_factory=_eval_request)
+    concurrency: int = Field(
+        1, ge=1, le=256, description="questions in flight at once (1, as the seeds asked them)"
+    )
 
     @field_validator("request", mode="before")
     @classmethod

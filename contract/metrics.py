@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 from contract.results import Distribution, RequestRecord, WindowStats
+from contract.suite import SweepMode
 
 __all__ = [
     "REQUEST_METRICS",
@@ -194,7 +194,7 @@ def window_stats(
     records: Sequence[RequestRecord],
     *,
     repeat: int,
-    mode: Literal["burst", "steady"],
+    mode: SweepMode,
     concurrency: int,
     window_ns: tuple[int, int] | None = None,
     slo_ttft_ms: float | None = None,
@@ -204,9 +204,9 @@ def window_stats(
 ) -> WindowStats:
     """Summarise one measured window.
 
-    burst: `window_ns` is ignored; the window runs from the first send to the last finish of
-    a completed request. steady: `window_ns` = (start, end) is required; a request counts if
-    it finished inside it.
+    burst and rate: `window_ns` is ignored; the window runs from the first send to the last
+    finish of a completed request (as `vllm bench serve` times its run). steady: `window_ns`
+    = (start, end) is required; a request counts if it finished inside it.
     """
     if mode == "steady":
         if window_ns is None:

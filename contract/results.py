@@ -14,13 +14,14 @@ from typing import Literal
 from pydantic import Field
 
 from contract.frozen import FrozenModel
-from contract.suite import ProbeSettings, PromptCalibration, SweepSettings
+from contract.suite import ProbeSettings, PromptCalibration, SweepMode, SweepSettings
 
 __all__ = [
     "DONE_FILE",
     "REQUESTS_FILE",
     "SUMMARY_FILE",
     "VLLM_EXPORT_FILE",
+    "ArrivalStats",
     "CellResult",
     "CellStatus",
     "ChunkTokenSource",
@@ -29,6 +30,7 @@ __all__ = [
     "ProbePrompt",
     "ProbeSummary",
     "RequestRecord",
+    "ServerCounters",
     "SweepSummary",
     "WindowStats",
 ]
@@ -61,6 +63,12 @@ class RequestRecord(_Record):
     label: str = Field(description="where it belongs, e.g. 'in512-out128/c8/r2' or 'probe/p3/r1'")
     phase: Literal["warmup", "measured"] = "measured"
     endpoint: Literal["chat", "completions"]
+    scheduled_ns: int | None = Field(
+        None, description="rate mode: when the arrival process said the request was due"
+    )
+    released_ns: int | None = Field(
+        None, description="rate mode: when the scheduler woke to release it"
+    )
     dispatch_ns: int = Field(description="when the load loop released the request")
     send_ns: int = Field(description="just before the request bytes were written")
     first_chunk_ns: int | None = Field(None, description="first SSE event of any kind")
@@ -123,11 +131,31 @@ class Distribution(_Record):
     p99: float | None = None
 
 
+class ArrivalStats(_Record):
+    """Rate mode: the arrivals one window offered, how late they went out, and what piled up."""
+
+    request_rate: float = Field(description="requests per second asked for")
+    burstiness: float
+    max_concurrency: int | None
+    scheduled: int = Field(description="arrivals due inside the measured window")
+    offered_rate: float | None = Field(description="arrivals / window length")
+    gap_ms_mean: float | None
+    gap_cv: float | None = Field(description="std/mean of the gaps (1 for Poisson)")
+    schedule_lag_ms: Distribution = Field(
+        description="actual send - scheduled send, not counting waits on max_concurrency"
+    )
+    client_queue_ms: Distribution = Field(description="waits on max_concurrency")
+    outstanding_start: float = Field(description="due but not finished, first tenth")
+    outstanding_end: float = Field(description="due but not finished, last tenth")
+    over_saturated: bool
+    over_saturation_reason: str | None = None
+
+
 class WindowStats(_Record):
     """One measured window (a burst, or a steady-state window) of one cell repeat."""
 
     repeat: int
-    mode: Literal["burst", "steady"]
+    mode: SweepMode
     concurrency: int
     requests_ok: int
     requests_failed: int
@@ -147,6 +175,26 @@ class WindowStats(_Record):
     e2e_tok_s: Distribution
     input_tokens_per_request: Distribution
     errors: list[str] = Field(default_factory=list, description="first few distinct errors")
+    arrivals: ArrivalStats | None = Field(None, description="rate mode: what was offered")
+
+
+class ServerCounters(_Record):
+    """What the server's own /metrics counted over a span (a cell): None = not published."""
+
+    seconds: float
+    preemptions: float | None = None
+    prefix_cache_queries: float | None = Field(None, description="prompt tokens looked up")
+    prefix_cache_hits: float | None = Field(None, description="prompt tokens found cached")
+    spec_drafts: float | None = Field(None, description="drafter proposals (steps)")
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    spec_acceptance_rate: float | None = Field(None, description="accepted / drafted tokens")
+    spec_acceptance_rate_per_position: list[float] = Field(
+        default_factory=list, description="accepted at draft position i / drafts"
+    )
+    spec_accept_length: float | None = Field(
+        None, description="mean accepted per step, where only that gauge is published"
+    )
 
 
 class CellResult(_Record):
@@ -155,8 +203,14 @@ class CellResult(_Record):
     shape: str
     input_tokens: int
     output_tokens: int
-    concurrency: int
-    mode: Literal["burst", "steady"]
+    concurrency: int = Field(description="burst/steady: the level; rate: max_concurrency or 0")
+    mode: SweepMode
+    request_rate: float | None = Field(None, description="rate mode: requests per second")
+    over_saturated: bool = Field(False, description="rate mode: in flight grew through a window")
+    server: ServerCounters | None = Field(None, description="the server's /metrics over the cell")
+    prefix_cache_suspect: bool = Field(
+        False, description="the server's prefix cache hit more than the chat template's head"
+    )
     status: CellStatus
     reason: str | None = None
     repeats: list[WindowStats] = Field(default_factory=list)

@@ -23,6 +23,7 @@ __all__ = [
     "RequestSettings",
     "Shape",
     "SuiteItem",
+    "SweepMode",
     "SweepSettings",
 ]
 
@@ -33,6 +34,9 @@ EVAL_ITEMS: tuple[SuiteItem, ...] = ("gsm8k", "bfcl")  # scored answers, not spe
 
 MAX_CONCURRENCY = 1024
 ForceOutputMode = Literal["ignore_eos+min_tokens", "ignore_eos", "min_tokens", "none"]
+# burst: N at once; steady: N kept in flight; rate: open-loop arrivals at a request rate.
+SweepMode = Literal["burst", "steady", "rate"]
+MAX_REQUEST_RATE = 100_000.0
 
 
 class _Settings(FrozenModel):
@@ -92,6 +96,8 @@ class PromptCalibration(_Settings):
         description="usage.prompt_tokens minus the raw content's tokens"
     )
     tokens_per_word: float
+    text_source: str = Field("synthetic", description="where prompt words came from")
+    text_sha256: str | None = Field(None, description="sha256 of the source's text")
 
 
 class ProbeSettings(_Settings):
@@ -109,10 +115,26 @@ class SweepSettings(_Settings):
     shapes: tuple[Shape, ...] = DEFAULT_SHAPES
     levels: tuple[int, ...] = DEFAULT_LEVELS
     repeats: int = Field(5, ge=1, le=100)
-    mode: Literal["burst", "steady"] = "burst"
+    mode: SweepMode = "burst"
     warmup: bool = Field(True, description="one unmeasured burst/window before each cell")
-    steady_window_s: float = Field(30.0, gt=0, le=3600)
-    steady_warmup_s: float = Field(5.0, ge=0, le=600)
+    steady_window_s: float = Field(30.0, gt=0, le=3600, description="steady and rate windows")
+    steady_warmup_s: float = Field(5.0, ge=0, le=600, description="steady and rate warm-up")
+    rates: tuple[float, ...] = Field(
+        (), description="rate mode: requests per second, one cell per rate and shape"
+    )
+    burstiness: float = Field(
+        1.0, gt=0, le=100, description="rate mode: gamma shape of the gaps (1 = Poisson)"
+    )
+    max_concurrency: int | None = Field(
+        None, ge=1, le=MAX_CONCURRENCY, description="rate mode: cap on requests in flight"
+    )
+    seed: int = Field(0, ge=0, description="rate mode: seed of the arrival process")
+    prompts: str = Field(
+        "synthetic",
+        pattern=r"^(synthetic|gsm8k|bfcl|jsonl:.+)$",
+        description="prompt text: shuffled filler words, GSM8K or BFCL questions, or a JSONL "
+        "file's texts; always nonce first and cut to the exact length",
+    )
     max_cell_s: float = Field(1800.0, gt=0, le=24 * 3600, description="bound per cell")
     slo_ttft_ms: float | None = Field(None, gt=0, description="goodput: TTFT objective")
     slo_tpot_ms: float | None = Field(None, gt=0, description="goodput: TPOT objective")
@@ -131,8 +153,20 @@ class SweepSettings(_Settings):
             raise ValueError(f"concurrency levels must be 1..{MAX_CONCURRENCY}, got {bad}")
         return tuple(sorted(set(levels)))
 
+    @field_validator("rates")
+    @classmethod
+    def _rates_in_range(cls, rates: tuple[float, ...]) -> tuple[float, ...]:
+        bad = [rate for rate in rates if not 0 < rate <= MAX_REQUEST_RATE]
+        if bad:
+            raise ValueError(f"request rates must be in (0, {MAX_REQUEST_RATE:g}], got {bad}")
+        return tuple(sorted(set(rates)))
+
     @model_validator(mode="after")
     def _shapes_present(self) -> SweepSettings:
         if not self.shapes:
             raise ValueError("at least one shape")
+        if self.mode == "rate" and not self.rates:
+            raise ValueError("rate mode needs at least one request rate (rates)")
+        if self.mode != "rate" and self.rates:
+            raise ValueError(f"rates are for rate mode; mode is {self.mode!r}")
         return self

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.errors import BenchError
 from report.build import build_report
 from report.folders import load_folders
 from report.prices import PriceBook
@@ -38,7 +39,7 @@ Cells = dict[tuple[str, str], tuple[str, dict[str, float | None], float | None]]
 _GATE = re.compile(r"^([a-z0-9_]+):([+-]\d+(?:\.\d+)?)%$")
 
 
-class GateError(ValueError):
+class GateError(BenchError, ValueError):
     """A --fail-on that cannot be read: one line."""
 
 

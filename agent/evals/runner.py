@@ -1,4 +1,4 @@
-"""The eval runner: every question asked once, one at a time, scored and written as it comes.
+"""The eval runner: every question asked once, `concurrency` at a time, scored as it comes.
 
 Owns the request loop of the answer-quality evals and their job folder. Each question is
 one non-streaming request over plain httpx to any OpenAI-compatible server: greedy,
@@ -292,7 +292,8 @@ async def run_eval(
     model: str | None = None,
     progress: ProgressHook | None = None,
 ) -> EvalSummary:
-    """Ask every question of `task`, one at a time; write answers.jsonl and summary.json."""
+    """Ask every question of `task`, `settings.concurrency` at a time; write answers.jsonl
+    (in the order answers come) and summary.json (rewritten after each)."""
     settings = task.settings
     request = settings.request
     url = normalise_base_url(base_url)
@@ -338,9 +339,13 @@ async def run_eval(
             errors=tally.errors,
         )
 
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30.0) as http:
+    limits = httpx.Limits(max_connections=settings.concurrency)
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, timeout=30.0, limits=limits
+    ) as http:
         if model is None:
             model = await _served_model(http)
+        served: str = model
         log.info(
             "eval %s: %d questions, prompt %s, model %s at %s",
             task.name,
@@ -352,13 +357,16 @@ async def run_eval(
         answers = _AnswerFile(job_dir / ANSWERS_FILE)
         started_unix = time.time()
         started = time.perf_counter()
-        try:
-            for question in questions:
+        pending = iter(questions)
+
+        async def worker() -> None:
+            # One shared iterator: each worker takes the next question when it is free.
+            for question in pending:
                 prepared = task.prepare(question)
                 sent = await _ask(
                     http,
                     _PATHS[request.endpoint],
-                    _body(task, model, prepared),
+                    _body(task, served, prepared),
                     request.timeout_s,
                 )
                 record = _record(task, question, sent, settings.max_tokens)
@@ -375,6 +383,9 @@ async def run_eval(
                         len(questions),
                         tally.correct,
                     )
+
+        try:
+            await asyncio.gather(*(worker() for _ in range(settings.concurrency)))
         finally:
             answers.close()
     final = summary(complete=True)

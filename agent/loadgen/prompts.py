@@ -1,9 +1,10 @@
-"""Synthetic prompts of an exact token length, each unique from its first token.
+"""Prompts of an exact token length, each unique from its first token.
 
 Prefix caches key on the head of the prompt, so the per-request nonce comes FIRST (seed 002:
 a trailing nonce let vLLM serve 94.7% of a sweep from its prefix cache). The nonce is a
-run-unique counter spelt as words, followed by filler words shuffled by that counter, so
-no two prompts of a run share even their first token's neighbourhood.
+run-unique counter spelt as words, followed by filler words shuffled by that counter (or,
+with a real-text source, the source's words read from a point chosen by it), so no two
+prompts of a run share even their first token's neighbourhood.
 
 Exact length: where the server has a tokenize endpoint, each prompt is measured and trimmed
 or padded until its raw token count plus the chat template's overhead equals the target;
@@ -21,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from agent.loadgen.client import ChatRequest, OpenAIClient
+from agent.loadgen.text_sources import TextSource
 from contract.suite import PromptCalibration
 
 __all__ = ["WORDS", "Prompt", "PromptFactory", "calibrate"]
@@ -277,8 +279,10 @@ class PromptFactory:
         *,
         run_offset: int | None = None,
         concurrency: int = 8,
+        source: TextSource | None = None,
     ) -> None:
         self.calibration = calibration
+        self.source = source
         self._count = count_tokens if calibration.tokenize_endpoint else None
         self._next = run_offset if run_offset is not None else secrets.randbelow(1 << 40)
         self._limit = asyncio.Semaphore(concurrency)
@@ -291,6 +295,8 @@ class PromptFactory:
         return "-".join(words) + ":"
 
     def _words(self, nonce: str, count: int) -> str:
+        if self.source is not None:
+            return " ".join(self.source.words_for(nonce, count))
         rng = random.Random(nonce)
         return " ".join(rng.choice(WORDS) for _ in range(count))
 

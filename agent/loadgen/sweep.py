@@ -2,7 +2,8 @@
 
 `burst` (the seeds' numbers): N requests released at once, the window ends with the last.
 `steady`: N workers keep N requests in flight; a warm-up period is discarded and requests
-that finish inside the measured window count. Each cell is `ok`, `infeasible` (it cannot
+that finish inside the measured window count. `rate`: open-loop arrivals at each request
+rate (agent/loadgen/arrivals.py), one cell per rate. Each cell is `ok`, `infeasible` (it cannot
 run on this server, with why) or `failed` (it broke, with the error); none is dropped.
 Records are appended as each window ends and the summary rewritten after each cell.
 """
@@ -14,15 +15,18 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Literal, TypedDict
+from typing import TypedDict
 
+from agent.loadgen.arrivals import arrival_stats, run_rate_window
 from agent.loadgen.client import ChatRequest, OpenAIClient, ServerInfo
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
+from agent.loadgen.text_sources import TextSource, calibrate_source, load_source
 from agent.loadgen.vllm_export import vllm_bench_serve_run
 from agent.results import ResultWriter
+from agent.telemetry.server_metrics import ServerMetricsPoller, ServerReading, annotate_cell
 from contract import metrics
 from contract.results import CellResult, CellStatus, RequestRecord, SweepSummary, WindowStats
-from contract.suite import PromptCalibration, Shape, SweepSettings
+from contract.suite import PromptCalibration, Shape, SweepMode, SweepSettings
 
 __all__ = ["count_requests", "run_sweep"]
 
@@ -62,7 +66,8 @@ class _CellKey(TypedDict):
     input_tokens: int
     output_tokens: int
     concurrency: int
-    mode: Literal["burst", "steady"]
+    mode: SweepMode
+    request_rate: float | None
 
 
 class _CellRunner:
@@ -162,7 +167,7 @@ class _CellRunner:
         await asyncio.gather(*(worker(i) for i in range(level)))
         return records, window
 
-    async def run_cell(self, shape: Shape, level: int) -> CellResult:
+    async def run_cell(self, shape: Shape, level: int, rate: float | None = None) -> CellResult:
         s = self.settings
         base = _CellKey(
             shape=shape.name,
@@ -170,6 +175,7 @@ class _CellRunner:
             output_tokens=shape.output_tokens,
             concurrency=level,
             mode=s.mode,
+            request_rate=rate,
         )
         needed = shape.input_tokens + shape.output_tokens
         if self.info.max_context_tokens and needed > self.info.max_context_tokens:
@@ -182,7 +188,8 @@ class _CellRunner:
         deadline = time.monotonic() + s.max_cell_s
         windows: list[WindowStats] = []
         all_errors: list[str | None] = []
-        first_repeat = -1 if s.warmup else 0
+        # A rate window opens with its own warm-up seconds, so it needs no warm-up window.
+        first_repeat = -1 if s.warmup and rate is None else 0
         for repeat in range(first_repeat, s.repeats):
             if time.monotonic() > deadline:
                 log.warning(
@@ -192,11 +199,24 @@ class _CellRunner:
                     len(windows),
                 )
                 break
-            label = f"{shape.name}/c{level}/" + ("warmup" if repeat < 0 else f"r{repeat}")
+            point = f"c{level}" if rate is None else f"rate{rate:g}"
+            label = f"{shape.name}/{point}/" + ("warmup" if repeat < 0 else f"r{repeat}")
             phase = "warmup" if repeat < 0 else "measured"
             if s.mode == "burst":
                 prompts = await self.prompts.build(level, shape.input_tokens)
                 records = await self._burst(self._requests(prompts, shape, label, phase))
+                window_ns = None
+            elif rate is not None:
+                records, rate_window = await run_rate_window(
+                    self.client,
+                    self.prompts,
+                    s,
+                    shape,
+                    rate,
+                    label,
+                    seed=f"{s.seed}/{shape.name}/{rate}/{repeat}",
+                    progress=self.progress,
+                )
                 window_ns = None
             else:
                 records, window_ns = await self._steady(shape, level, label)
@@ -210,7 +230,7 @@ class _CellRunner:
                     return CellResult(**base, status="infeasible", reason=records[0].error)
                 continue
             stats = metrics.window_stats(
-                records,
+                [r for r in records if r.phase == "measured"] if rate is not None else records,
                 repeat=repeat,
                 mode=s.mode,
                 concurrency=level,
@@ -219,6 +239,9 @@ class _CellRunner:
                 slo_tpot_ms=s.slo_tpot_ms,
                 slo_e2el_ms=s.slo_e2el_ms,
             )
+            if rate is not None:
+                offered = arrival_stats(records, rate_window, rate=rate, settings=s)
+                stats = stats.model_copy(update={"arrivals": offered})
             windows.append(stats)
             self.writer.append_vllm_export(
                 vllm_bench_serve_run(
@@ -230,7 +253,14 @@ class _CellRunner:
                     date=datetime.now(UTC),
                 )
             )
-        return _cell_from_windows(base, windows, all_errors)
+        cell = _cell_from_windows(base, windows, all_errors)
+        saturated = [w.arrivals for w in windows if w.arrivals and w.arrivals.over_saturated]
+        if saturated:
+            why = f"over-saturated in {len(saturated)} of {len(windows)} windows: "
+            why += saturated[0].over_saturation_reason or ""
+            reason = f"{cell.reason}; {why}" if cell.reason else why
+            cell = cell.model_copy(update={"over_saturated": True, "reason": reason})
+        return cell
 
 
 def _cell_from_windows(
@@ -267,6 +297,10 @@ def _counts(cells: list[CellResult]) -> dict[str, int]:
     }
 
 
+async def _server_reading(poller: ServerMetricsPoller | None) -> ServerReading | None:
+    return await asyncio.to_thread(poller.read_now) if poller is not None else None
+
+
 async def run_sweep(
     client: OpenAIClient,
     settings: SweepSettings,
@@ -275,15 +309,21 @@ async def run_sweep(
     progress: ProgressHook | None = None,
     on_cell: Callable[[CellResult], None] | None = None,
     prompt_factory: Callable[[PromptCalibration], PromptFactory] | None = None,
+    source: TextSource | None = None,
+    server_metrics: ServerMetricsPoller | None = None,
 ) -> SweepSummary:
     """Run every cell; the summary on disk is complete after each one.
 
     `prompt_factory` replaces how prompts are made (tests use it to mix in faults).
+    `source` is the text of `settings.prompts`, when the caller loaded it already.
+    `server_metrics` reads the server's /metrics at each cell's ends (counters, prefix check).
     """
+    if source is None and settings.prompts != "synthetic":
+        source = load_source(settings.prompts)
     info = await client.server_info()
     started = time.time()
     anchor_unix, anchor_ns = time.time(), time.perf_counter_ns()
-    calibration = await calibrate(client)
+    calibration = await calibrate_source(client, await calibrate(client), source)
     log.info(
         "prompt calibration: tokenize=%s overhead=%d tokens/word=%.3f",
         calibration.tokenize_endpoint,
@@ -293,7 +333,7 @@ async def run_sweep(
     factory = (
         prompt_factory(calibration)
         if prompt_factory
-        else PromptFactory(calibration, client.tokenize_raw)
+        else PromptFactory(calibration, client.tokenize_raw, source=source)
     )
     runner = _CellRunner(client, settings, factory, writer, info, progress)
     cells: list[CellResult] = []
@@ -313,9 +353,18 @@ async def run_sweep(
             counts=_counts(cells),
         )
 
+    points: list[tuple[int, float | None]] = (
+        [(settings.max_concurrency or 0, rate) for rate in settings.rates]
+        if settings.mode == "rate"
+        else [(level, None) for level in settings.levels]
+    )
     for shape in settings.shapes:
-        for level in settings.levels:
-            cell = await runner.run_cell(shape, level)
+        for level, rate in points:
+            before = await _server_reading(server_metrics)
+            cell = await runner.run_cell(shape, level, rate)
+            if server_metrics is not None:
+                after = await _server_reading(server_metrics)
+                cell = annotate_cell(cell, before, after, calibration)
             cells.append(cell)
             writer.write_summary(summary(finished=False))
             if cell.status != "ok":

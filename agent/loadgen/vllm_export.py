@@ -33,6 +33,19 @@ def _summary(name: str, values_s: list[float]) -> dict[str, float]:
     return out
 
 
+def _peak_in_flight(records: list[RequestRecord]) -> int:
+    """Most requests between send and end at once, by a sweep line (as vLLM counts it)."""
+    events = sorted(
+        [(r.send_ns, 1) for r in records] + [(r.end_ns or r.send_ns, -1) for r in records],
+        key=lambda e: (e[0], e[1]),
+    )
+    peak = current = 0
+    for _, step in events:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
 def vllm_bench_serve_run(
     records: list[RequestRecord],
     stats: WindowStats,
@@ -57,9 +70,9 @@ def vllm_bench_serve_run(
         "model_id": model,
         "tokenizer_id": model,
         "num_prompts": len(records),
-        "request_rate": "inf",
-        "burstiness": 1.0,
-        "max_concurrency": stats.concurrency,
+        "request_rate": stats.arrivals.request_rate if stats.arrivals else "inf",
+        "burstiness": stats.arrivals.burstiness if stats.arrivals else 1.0,
+        "max_concurrency": stats.arrivals.max_concurrency if stats.arrivals else stats.concurrency,
         "duration": stats.duration_s,
         "completed": stats.requests_ok,
         "failed": stats.requests_failed,
@@ -80,7 +93,7 @@ def vllm_bench_serve_run(
         "queue_times": [(r.send_ns - r.dispatch_ns) / 1e9 for r in ok],
         "generated_texts": ["" for _ in ok],
         "errors": [r.error or "" for r in records if not r.ok],
-        "max_concurrent_requests": stats.concurrency,
+        "max_concurrent_requests": _peak_in_flight(records),
     }
     run |= _summary("ttft", ttfts)
     run |= _summary("tpot", tpots)

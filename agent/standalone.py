@@ -1,0 +1,48 @@
+"""Writes `standalone.json` into a `bench probe|sweep|eval` results folder."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import orjson
+
+from agent.runner import AGENT_VERSION, _git_sha, _host
+from contract.standalone import STANDALONE_FILE, StandaloneKind, StandaloneManifest
+
+__all__ = ["write_standalone_manifest"]
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
+
+
+def write_standalone_manifest(
+    out: Path,
+    *,
+    kind: StandaloneKind,
+    base_url: str,
+    models: list[str],
+    settings: dict[str, object],
+) -> Path:
+    """Write (or replace) the folder's manifest; returns its path."""
+    manifest = StandaloneManifest(
+        kind=kind,
+        tool_version=AGENT_VERSION,
+        git_sha=_git_sha(),
+        base_url=_without_credentials(base_url),
+        models=models,
+        host=_host(),
+        settings=settings,
+        written_unix_s=time.time(),
+    )
+    path = out / STANDALONE_FILE
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_bytes(orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
+    tmp.replace(path)
+    return path
