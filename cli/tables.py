@@ -58,14 +58,22 @@ def sweep_tables(rows: Sequence[tuple[str, SweepSummary]]) -> list[Table]:
                     cells.append("not run")
                 elif cell.status == "ok":
                     cells.append(_num(cell.aggregate_output_tok_s_median))
+                elif cell.status == "partial":
+                    lost = sum(w.requests_failed for w in cell.repeats)
+                    sent = lost + sum(w.requests_ok for w in cell.repeats)
+                    median = _num(cell.aggregate_output_tok_s_median)
+                    cells.append(f"{median} partial ({lost}/{sent} failed)")
                 else:
                     cells.append(cell.status)
             table.add_row(str(level), *cells)
         counts = [s.counts for _, s in rows]
         table.caption = "; ".join(
-            f"{arm}: {c['measured']} measured / {c['failed']} failed / {c['infeasible']} infeasible"
+            f"{arm}: {c['measured']} measured / {c.get('partial', 0)} partial / "
+            f"{c['failed']} failed / {c['infeasible']} infeasible"
             for (arm, _), c in zip(rows, counts, strict=True)
         )
+        if any(c.get("partial") for c in counts):
+            table.caption += " (partial: some requests failed; not comparable, never ranked)"
         tables.append(table)
     return tables
 

@@ -148,7 +148,7 @@ class SweepCell:
     label: str
     shape: str
     concurrency: int
-    status: str  # ok, infeasible, failed, not run, job failed
+    status: str  # ok, partial, infeasible, failed, not run, job failed
     reason: str | None = None
     tok_s: float | None = None
     spread: Spread | None = None
@@ -486,15 +486,19 @@ def _sweep_cell(arm: ArmResults, summary: SweepSummary, shape: str, level: int) 
     cell = next((c for c in summary.cells if c.shape == shape and c.concurrency == level), None)
     if cell is None:
         return SweepCell(arm.label, shape, level, "not run", "the sweep did not reach this cell")
-    if cell.status != "ok":
+    if cell.status not in ("ok", "partial"):
         return SweepCell(arm.label, shape, level, cell.status, cell.reason)
     values = [w.aggregate_output_tok_s for w in cell.repeats if w.aggregate_output_tok_s]
     p99 = metrics.median(w.ttft_ms.p99 for w in cell.repeats if w.ttft_ms.p99 is not None)
+    lost = sum(w.requests_failed for w in cell.repeats)
+    sent = lost + sum(w.requests_ok for w in cell.repeats)
     return SweepCell(
         label=arm.label,
         shape=shape,
         concurrency=level,
-        status="ok",
+        status=cell.status,
+        # A partial cell keeps its figure, always shown with what it lost.
+        reason=f"{lost}/{sent} failed" if cell.status == "partial" else None,
         tok_s=cell.aggregate_output_tok_s_median,
         spread=Spread(min(values), max(values), len(values)) if values else None,
         ttft_p50_ms=cell.ttft_ms_p50_median,
@@ -569,6 +573,7 @@ def _best_rows(
                     grid.cells[(label, level)]
                     for label in grid.arms
                     if group(by_label[label]) == engine
+                    and grid.cells[(label, level)].status == "ok"
                     and grid.cells[(label, level)].tok_s is not None
                 ]
                 best = max(candidates, key=lambda c: c.tok_s or 0.0, default=None)
@@ -746,7 +751,7 @@ def _cost_points(
             cost = by_shard[shard_of[label]]
             for level in grid.levels:
                 cell = grid.cells[(label, level)]
-                if cell.tok_s is None:
+                if cell.tok_s is None or cell.status != "ok":
                     continue
                 points.append(
                     CostPoint(
@@ -899,6 +904,14 @@ def _not_measured(
                 f" and {len(off) - 8} more" if len(off) > 8 else ""
             )
             lines.append(f"{grid.shape}: cells without a figure: {parts}.")
+        partial = [c for c in grid.cells.values() if c.status == "partial"]
+        if partial:
+            parts = ", ".join(f"{c.label} at {c.concurrency} ({c.reason})" for c in partial[:8])
+            lines.append(
+                f"{grid.shape}: partial cells (requests failed, figure shown with the loss, "
+                f"left out of best-per-level and cost): {parts}"
+                + (f" and {len(partial) - 8} more." if len(partial) > 8 else ".")
+            )
     for item in ("gsm8k", "bfcl"):
         if item not in spec.suite.items():
             lines.append(f"{item}: not in this campaign's suite.")

@@ -84,7 +84,11 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
         ax = fig.add_subplot()
         missing = False
         for label in grid.arms:
-            ok = [grid.cells[(label, n)] for n in grid.levels if grid.cells[(label, n)].tok_s]
+            ok = [
+                grid.cells[(label, n)]
+                for n in grid.levels
+                if grid.cells[(label, n)].tok_s and grid.cells[(label, n)].status == "ok"
+            ]
             if ok:
                 style = styles[label]
                 ax.errorbar(
@@ -106,7 +110,7 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
             off = [
                 grid.cells[(label, n)]
                 for n in grid.levels
-                if grid.cells[(label, n)].status in ("infeasible", "failed")
+                if grid.cells[(label, n)].status in ("infeasible", "failed", "partial")
             ]
             if off:
                 missing = True

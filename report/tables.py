@@ -193,9 +193,10 @@ def _sweep_cell_text(grid: SweepGrid, label: str, level: int) -> str:
             if cell.status in ("infeasible", "failed")
             else (cell.status)
         )
+    lost = f" partial ({cell.reason})" if cell.status == "partial" else ""
     if cell.spread is None or cell.spread.n < 2:
-        return fmt(cell.tok_s)
-    return f"{fmt(cell.tok_s)} ({fmt(cell.spread.low)}–{fmt(cell.spread.high)})"
+        return fmt(cell.tok_s) + lost
+    return f"{fmt(cell.tok_s)} ({fmt(cell.spread.low)}–{fmt(cell.spread.high)}){lost}"
 
 
 def sweep_tables(report: Report) -> list[Table]:

@@ -3,7 +3,10 @@
 `burst` (the seeds' numbers): N requests released at once, the window ends with the last.
 `steady`: N workers keep N requests in flight; a warm-up period is discarded and requests
 that finish inside the measured window count. Each cell is `ok`, `infeasible` (it cannot
-run on this server, with why) or `failed` (it broke, with the error); none is dropped.
+run on this server, with why), `partial` (it measured, but some request of a measured window
+failed: its figures are shown with the loss and never ranked) or `failed` (it broke, with the
+error); none is dropped. An unmeasured call that fails after its retries (tokenize while
+prompts are built, the server gone) fails the cell in progress and the sweep moves on.
 Records are appended as each window ends and the summary rewritten after each cell.
 """
 
@@ -16,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from agent import metrics
-from agent.loadgen.client import ChatRequest, OpenAIClient, ServerInfo
+from agent.loadgen.client import ChatRequest, OpenAIClient, ServerCallError, ServerInfo
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
 from agent.loadgen.vllm_export import vllm_bench_serve_run
 from agent.results import ResultWriter
@@ -167,10 +170,27 @@ class _CellRunner:
                 f"the server's context of {self.info.max_context_tokens} per request"
             )
             return CellResult(**base, status="infeasible", reason=reason)
-        await self.client.warm(level)
-        deadline = time.monotonic() + s.max_cell_s
         windows: list[WindowStats] = []
         all_errors: list[str | None] = []
+        try:
+            early = await self._measure(shape, level, base, windows, all_errors)
+        except ServerCallError as exc:
+            log.warning("%s c=%d: %s", shape.name, level, exc)
+            return _cell_from_windows(base, windows, all_errors, aborted=str(exc))
+        return early or _cell_from_windows(base, windows, all_errors)
+
+    async def _measure(
+        self,
+        shape: Shape,
+        level: int,
+        base: dict[str, object],
+        windows: list[WindowStats],
+        all_errors: list[str | None],
+    ) -> CellResult | None:
+        """Fill `windows` repeat by repeat; a CellResult only when the cell is infeasible."""
+        s = self.settings
+        await self.client.warm(level)
+        deadline = time.monotonic() + s.max_cell_s
         first_repeat = -1 if s.warmup else 0
         for repeat in range(first_repeat, s.repeats):
             if time.monotonic() > deadline:
@@ -218,21 +238,34 @@ class _CellRunner:
                     date=datetime.now(UTC),
                 )
             )
-        return _cell_from_windows(base, windows, all_errors)
+        return None
 
 
 def _cell_from_windows(
-    base: dict[str, object], windows: list[WindowStats], errors: list[str | None]
+    base: dict[str, object],
+    windows: list[WindowStats],
+    errors: list[str | None],
+    *,
+    aborted: str | None = None,
 ) -> CellResult:
+    """The cell's status: `ok` only when every measured window is complete and none is missing."""
     measured = [w for w in windows if w.aggregate_output_tok_s is not None]
     status: CellStatus = "ok"
     reason = None
+    lost = sum(w.requests_failed for w in windows)
     if not measured:
-        if errors and all(_is_context_error(e) for e in errors):
+        if aborted is None and errors and all(_is_context_error(e) for e in errors):
             status, reason = "infeasible", errors[0]
         else:
             status = "failed"
-            reason = next((e for e in errors if e), "no window completed")
+            reason = aborted or next((e for e in errors if e), "no window completed")
+    elif lost or aborted or len(measured) < len(windows):
+        status = "partial"
+        first = next((e for e in errors if e), None)
+        parts = [f"{lost} request(s) failed" + (f": {first}" if first and lost else "")]
+        if aborted:
+            parts.append(f"stopped after {len(windows)} window(s): {aborted}")
+        reason = "; ".join(p for p in parts if not p.startswith("0 request"))
     rates = sorted(w.aggregate_output_tok_s for w in measured if w.aggregate_output_tok_s)
     return CellResult(
         **base,  # type: ignore[arg-type]
@@ -250,6 +283,7 @@ def _cell_from_windows(
 def _counts(cells: list[CellResult]) -> dict[str, int]:
     return {
         "measured": sum(1 for c in cells if c.status == "ok"),
+        "partial": sum(1 for c in cells if c.status == "partial"),
         "failed": sum(1 for c in cells if c.status == "failed"),
         "infeasible": sum(1 for c in cells if c.status == "infeasible"),
     }
@@ -263,15 +297,19 @@ async def run_sweep(
     progress: ProgressHook | None = None,
     on_cell: Callable[[CellResult], None] | None = None,
     prompt_factory: Callable[[PromptCalibration], PromptFactory] | None = None,
+    previous: SweepSummary | None = None,
 ) -> SweepSummary:
     """Run every cell; the summary on disk is complete after each one.
 
     `prompt_factory` replaces how prompts are made (tests use it to mix in faults).
+    `previous` resumes an interrupted sweep of the same settings: its cells are kept and
+    skipped, its calibration reused so every prompt is built the same way.
     """
     info = await client.server_info()
-    started = time.time()
+    started = previous.started_unix_s if previous else time.time()
     anchor_unix, anchor_ns = time.time(), time.perf_counter_ns()
-    calibration = await calibrate(client)
+    calibration = previous.calibration if previous else None
+    calibration = calibration or await calibrate(client)
     log.info(
         "prompt calibration: tokenize=%s overhead=%d tokens/word=%.3f",
         calibration.tokenize_endpoint,
@@ -284,7 +322,8 @@ async def run_sweep(
         else PromptFactory(calibration, client.tokenize_raw)
     )
     runner = _CellRunner(client, settings, factory, writer, info, progress)
-    cells: list[CellResult] = []
+    cells: list[CellResult] = list(previous.cells) if previous else []
+    done = {(c.shape, c.concurrency) for c in cells}
 
     def summary(finished: bool) -> SweepSummary:
         return SweepSummary(
@@ -303,6 +342,9 @@ async def run_sweep(
 
     for shape in settings.shapes:
         for level in settings.levels:
+            if (shape.name, level) in done:
+                log.info("%s c=%d: done in the earlier run; skipped", shape.name, level)
+                continue
             cell = await runner.run_cell(shape, level)
             cells.append(cell)
             writer.write_summary(summary(finished=False))
