@@ -108,3 +108,27 @@ def test_bad_shapes_are_one_line(server: ReferenceServer, tmp_path: Path, shapes
     assert result.stderr.startswith("bench sweep: --shapes") and "http" not in result.stderr
     assert result.stderr.strip().count("\n") == 0
     assert not (tmp_path / "x").exists()
+
+
+def test_a_gpu_spec_is_refused_up_front_on_a_host_without_one(tmp_path: Path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this host has a GPU")
+    spec = REPO_ROOT / "agent" / "campaigns" / "t4-six-engines.toml"
+    result = bench("run", str(spec), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]  # after the GPU probe's log line
+    assert last.startswith("bench run: ") and "need an NVIDIA GPU" in last and "vllm" in last
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_401_hints_at_the_api_key(server: ReferenceServer, tmp_path: Path):
+    from tests.fixtures.fault_proxy import fault_proxy
+
+    with fault_proxy(server.port, mode="unauthorized") as proxy:
+        result = bench("sweep", proxy.url, *FLAGS, "--out", str(tmp_path / "x"))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "HTTP 401" in result.stderr and "BENCH_API_KEY" in result.stderr
+    assert not (tmp_path / "x").exists()
