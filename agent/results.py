@@ -1,11 +1,13 @@
 """Writing one job's results as they come: request lines appended and flushed per batch,
-the summary replaced atomically after every cell, so a crash loses nothing measured.
+the summary replaced atomically after every cell, so a crash loses nothing measured. A
+resumed sweep first sets aside the lines of the cell that was in progress, so the folder
+never holds two attempts at one cell.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import orjson
@@ -14,7 +16,10 @@ from pydantic import BaseModel
 from contract.errors import BenchError
 from contract.results import REQUESTS_FILE, SUMMARY_FILE, VLLM_EXPORT_FILE, RequestRecord
 
-__all__ = ["ResultWriteError", "ResultWriter"]
+__all__ = ["INTERRUPTED_SUFFIX", "ResultWriteError", "ResultWriter"]
+
+# `requests.jsonl` -> `requests.interrupted.jsonl`: lines of cells a resume measures again.
+INTERRUPTED_SUFFIX = ".interrupted"
 
 
 class ResultWriteError(BenchError, OSError):
@@ -39,6 +44,32 @@ class ResultWriter:
 
     def append_vllm_export(self, run: dict[str, object]) -> None:
         self._append(self.job_dir / VLLM_EXPORT_FILE, orjson.dumps(run) + b"\n")
+
+    def set_aside(self, name: str, keep: Callable[[dict[str, object]], bool]) -> int:
+        """Move the lines of file `name` that `keep` rejects to its `.interrupted` sibling.
+
+        Returns how many lines moved. Nothing is deleted: the moved lines are appended.
+        """
+        path = self.job_dir / name
+        if not path.exists():
+            return 0
+        kept: list[bytes] = []
+        moved: list[bytes] = []
+        for line in path.read_bytes().splitlines(keepends=True):
+            if not line.strip():
+                continue
+            try:
+                row = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                moved.append(line if line.endswith(b"\n") else line + b"\n")
+                continue
+            (kept if isinstance(row, dict) and keep(row) else moved).append(line)
+        if moved:
+            self._append(path.with_suffix(INTERRUPTED_SUFFIX + path.suffix), b"".join(moved))
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp.write_bytes(b"".join(kept))
+            tmp.replace(path)
+        return len(moved)
 
     def write_summary(self, summary: BaseModel) -> Path:
         path = self.job_dir / SUMMARY_FILE

@@ -4,8 +4,10 @@ For each arm of the shard: install its engine (once, from its recipe), resolve i
 start its server, wait until it is really ready, then run its jobs (the suite items:
 probe, sweep, gsm8k, bfcl), each writing `jobs/<arm>-<item>/` and `done` when it ends well.
 A job that fails (install, start-up, crash mid-sweep) is recorded with its reason and the
-server log's tail, and the campaign goes on; a rerun skips jobs that are `done`. The
-telemetry sampler runs the whole time, every row tagged with the job running.
+server log's tail, and the campaign goes on; a rerun skips jobs that are `done` and merges
+its manifest with the earlier one (first start, last end, every engine build, each run).
+Each server listens on its recipe's port when free, else on a free one (recorded per build).
+The telemetry sampler runs the whole time, every row tagged with the job running.
 
 Everything AWS-specific (status parameter, uploads, spot notice) reaches the runner
 through the small `StatusSink` / `ResultSink` protocols; locally they do nothing.
@@ -16,18 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import platform
-import shutil
-import socket
-import subprocess
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
-
-import psutil
 
 from agent.evals.runner import load_task, run_eval
 from agent.gpu import GpuHost, gpu_memory_used_mib
@@ -38,25 +34,25 @@ from agent.loadgen.probe import run_probe
 from agent.loadgen.sweep import run_sweep
 from agent.loadgen.text_sources import load_source
 from agent.models import ModelResolveError, resolve_model
+from agent.provenance import AGENT_VERSION, arm_facts, git_sha, host_info, identify
 from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
 from agent.results import ResultWriter
-from agent.supervisor import EngineError, EngineServer, port_in_use
+from agent.supervisor import EngineError, EngineServer, choose_port, port_in_use
 from agent.telemetry import TelemetrySampler
 from agent.telemetry.server_metrics import (
     SERVER_METRICS_FILE,
     ServerMetricsCsv,
     ServerMetricsPoller,
 )
-from contract.files import sha256_file, tail
+from contract.files import tail
 from contract.jobs import (
     JOB_FILE,
     MANIFEST_FILE,
     SERVER_LOG_FILE,
-    ArmFacts,
     EngineServed,
-    HostInfo,
     JobRecord,
     Manifest,
+    RunSpan,
 )
 from contract.results import DONE_FILE
 from contract.spec import CampaignSpec, ShardSpec
@@ -64,13 +60,12 @@ from contract.status import Phase
 from contract.suite import SuiteItem
 from contract.telemetry import TELEMETRY_FILE
 from engines.recipes import RecipeError, RenderedServe, recipe_for_arm, render
-from engines.recipes.render import GpuCC, parse_arm
+from engines.recipes.render import GpuCC
 
 __all__ = ["CampaignRunner", "Job", "ResultSink", "RunOutcome", "StatusSink"]
 
 log = logging.getLogger(__name__)
 
-AGENT_VERSION = "0.1.0"
 _GPU_MEMORY_SLACK_MIB = 1024
 LOG_TAIL_LINES = 40  # of a server log, kept on a failed job record
 
@@ -80,6 +75,10 @@ _PHASE_OF_ITEM: Mapping[SuiteItem, Phase] = {
     "gsm8k": "evaluating",
     "bfcl": "evaluating",
 }
+
+
+class _Incomplete(Exception):
+    """The job ran to its end but lost requests or cells: results kept, the job not done."""
 
 
 class StatusSink(Protocol):
@@ -122,35 +121,6 @@ class RunOutcome:
     @property
     def failed(self) -> list[JobRecord]:
         return [r for r in self.records if r.status == "failed"]
-
-
-def _git_sha() -> str | None:
-    sha = os.environ.get("BENCH_GIT_SHA")
-    if sha:
-        return sha
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            cwd=Path(__file__).resolve().parent,
-            check=False,
-        )
-    except OSError:
-        return None
-    return out.stdout.strip() or None
-
-
-def _host() -> HostInfo:
-    return HostInfo(
-        hostname=socket.gethostname(),
-        os=platform.platform(),
-        python=platform.python_version(),
-        cpu=platform.processor() or platform.machine(),
-        cpus=os.cpu_count() or 0,
-        memory_mib=int(psutil.virtual_memory().total / 2**20),
-    )
 
 
 class CampaignRunner:
@@ -222,6 +192,38 @@ class CampaignRunner:
         if self.results is not None:
             self.results.upload_job(job.job_id, folder)
 
+    def _failed_on_disk(self) -> list[str]:
+        """Jobs not done whose latest record says failed, whichever run wrote it."""
+        failed = []
+        for job in self.jobs:
+            path = self.job_dir(job) / JOB_FILE
+            if self.is_done(job) or not path.exists():
+                continue
+            try:
+                if JobRecord.model_validate_json(path.read_bytes()).status == "failed":
+                    failed.append(job.job_id)
+            except (OSError, ValueError):
+                failed.append(job.job_id)
+        return failed
+
+    def _earlier_manifest(self, path: Path) -> Manifest | None:
+        """The manifest an earlier run of this shard left, if it is one (else it is kept aside)."""
+        if not path.exists():
+            return None
+        try:
+            earlier = Manifest.model_validate_json(path.read_bytes())
+        except (OSError, ValueError) as exc:
+            aside = path.with_suffix(f".unreadable-{int(time.time())}.json")
+            log.warning("earlier %s unreadable (%s); kept as %s", path.name, exc, aside.name)
+            path.rename(aside)
+            return None
+        if (earlier.campaign.name, earlier.shard) != (self.spec.name, self.shard.name):
+            raise ValueError(
+                f"{path} belongs to {earlier.campaign.name}/{earlier.shard}, not "
+                f"{self.spec.name}/{self.shard.name}"
+            )
+        return earlier
+
     def _manifest(
         self,
         started: float,
@@ -229,25 +231,40 @@ class CampaignRunner:
         engines: list[EngineServed],
         records: list[JobRecord],
         finished: float | None,
+        earlier: Manifest | None = None,
     ) -> Manifest:
+        this_run = RunSpan(
+            started_unix_s=started,
+            finished_unix_s=finished,
+            jobs_run=[r.job_id for r in records],
+        )
+        runs = list(earlier.runs) if earlier else []
+        if earlier and not runs:  # written before runs were listed: its own span
+            runs = [
+                RunSpan(
+                    started_unix_s=earlier.started_unix_s,
+                    finished_unix_s=earlier.finished_unix_s,
+                )
+            ]
         return Manifest(
             agent_version=AGENT_VERSION,
-            git_sha=_git_sha(),
+            git_sha=git_sha(),
             campaign=self.spec,
             shard=self.shard.name,
-            host=_host(),
+            host=host_info(),
             gpus=list(sampler.devices),
             nvidia_driver=self.gpu.driver,
             cuda=self.gpu.cuda,
             instance=self.instance,
-            started_unix_s=started,
+            started_unix_s=earlier.started_unix_s if earlier else started,
             finished_unix_s=finished,
-            engines=engines,
-            arms=[facts for arm in self.shard.arms if (facts := _arm_facts(arm)) is not None],
+            engines=[*(earlier.engines if earlier else []), *engines],
+            arms=[facts for arm in self.shard.arms if (facts := arm_facts(arm)) is not None],
             jobs=[j.job_id for j in self.jobs],
             jobs_ok=sorted({j.job_id for j in self.jobs if self.is_done(j)}),
-            jobs_failed=[r.job_id for r in records if r.status == "failed"],
+            jobs_failed=self._failed_on_disk(),
             sampler=sampler.stats() if finished else None,
+            runs=[*runs, this_run],
         )
 
     # -- the run ---------------------------------------------------------------------
@@ -260,8 +277,11 @@ class CampaignRunner:
         engines: list[EngineServed] = []
         records: list[JobRecord] = []
         manifest_path = self.shard_dir / MANIFEST_FILE
+        earlier = self._earlier_manifest(manifest_path)
         manifest_path.write_text(
-            self._manifest(started, sampler, engines, records, None).model_dump_json(indent=2)
+            self._manifest(started, sampler, engines, records, None, earlier).model_dump_json(
+                indent=2
+            )
         )
         try:
             for arm in self.shard.arms:
@@ -275,7 +295,7 @@ class CampaignRunner:
         finally:
             stats = sampler.stop()
             log.info("telemetry: sampler CPU %.3f s per minute", stats.cpu_s_per_min)
-            manifest = self._manifest(started, sampler, engines, records, time.time())
+            manifest = self._manifest(started, sampler, engines, records, time.time(), earlier)
             manifest_path.write_text(manifest.model_dump_json(indent=2))
         return RunOutcome(shard_dir=self.shard_dir, manifest=manifest, records=records)
 
@@ -334,6 +354,7 @@ class CampaignRunner:
                 arm,
                 self.gpu_cc,
                 model,
+                port=choose_port(recipe.port),
                 settings=self.spec.arm_settings(arm),
                 drafter=drafter,
                 python=installed.python,
@@ -341,7 +362,7 @@ class CampaignRunner:
             )
         except (ModelResolveError, RecipeError) as exc:
             return self._fail_all(jobs, str(exc), None)
-        version_text, binary_sha256 = _identify(served, installed)
+        version_text, binary_sha256 = identify(served, installed)
         engine = EngineServed(
             arm=arm,
             engine=served.engine,
@@ -353,6 +374,7 @@ class CampaignRunner:
             model=model,
             drafter=served.drafter,
             install_s=installed.install_s,
+            port=served.port,
             version_text=version_text,
             binary_sha256=binary_sha256,
         )
@@ -474,12 +496,16 @@ class CampaignRunner:
         output_tokens: int | None = None
         try:
             output_tokens = asyncio.run(self._item(job, served, folder))
+        except _Incomplete as exc:
+            reason = str(exc)
         except Exception as exc:  # a job's failure is data; the campaign goes on
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            if not server.running:
-                reason = f"server exited during the job (code {server.returncode}); {reason}"
         finally:
             sampler.set_job(None)
+        if not server.running:
+            # Whatever the job recorded, a server that died under it makes the job not done.
+            died = f"server exited during the job (code {server.returncode})"
+            reason = f"{died}; {reason}" if reason else died
         if self._interrupted.is_set():
             reason = "interrupted (the machine is being taken away); rerun to measure"
         _copy_from(log_path, offset, folder / SERVER_LOG_FILE)
@@ -525,6 +551,10 @@ class CampaignRunner:
             probe = await run_probe(client, settings, ResultWriter(folder))
         if probe.e2e_tok_s is None:
             raise RuntimeError(f"no probe request succeeded: {'; '.join(probe.errors)}")
+        if probe.requests_failed:
+            raise _Incomplete(
+                f"probe lost {probe.requests_failed} request(s): {'; '.join(probe.errors)}"
+            )
         return None
 
     async def _sweep(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
@@ -553,6 +583,13 @@ class CampaignRunner:
                 rows.close()
         if sweep.counts["measured"] == 0:
             raise RuntimeError(f"no cell measured ({sweep.counts})")
+        lossy = [c for c in sweep.cells if c.status in ("partial", "failed")]
+        if lossy:
+            first = lossy[0]
+            raise _Incomplete(
+                f"{len(lossy)} cell(s) partial or failed, e.g. {first.shape} "
+                f"c={first.concurrency}: {first.status} ({first.reason}); results kept"
+            )
         return sum(w.output_tokens for c in sweep.cells for w in c.repeats)
 
     async def _eval(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
@@ -571,46 +608,6 @@ class CampaignRunner:
         )
         summary = await run_eval(task, served.base_url, folder, model=served.served_model)
         return summary.completion_tokens
-
-
-def _arm_facts(arm: str) -> ArmFacts | None:
-    """The arm as its recipe reads it; None for an arm no recipe knows (its jobs fail)."""
-    try:
-        recipe = recipe_for_arm(arm)
-        parsed = parse_arm(recipe, arm)
-    except RecipeError:
-        return None
-    return ArmFacts(
-        arm=arm,
-        engine=recipe.name,
-        display_name=recipe.display_name,
-        drafter=parsed.drafter,
-        draft_tokens=parsed.draft_tokens,
-    )
-
-
-def _identify(served: RenderedServe, installed: InstalledEngine) -> tuple[str | None, str | None]:
-    """What exactly will serve: (the recipe's version probe output, the binary's sha256)."""
-    env = {**os.environ, "PATH": installed.path_env()}
-    executable = shutil.which(served.argv[0], path=env["PATH"]) if served.argv else None
-    digest = None
-    if executable and not executable.endswith(("python", "python3")):
-        digest = sha256_file(Path(executable))
-    text = None
-    if served.version_probe:
-        try:
-            out = subprocess.run(
-                list(served.version_probe),
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
-            text = " ".join((out.stdout + out.stderr).split())[:500] or None
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            text = f"version probe failed: {exc}"
-    return text, digest
 
 
 def _copy_from(source: Path, offset: int, dest: Path) -> None:

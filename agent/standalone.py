@@ -8,7 +8,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-from agent.runner import AGENT_VERSION, _git_sha, _host
+from agent.provenance import AGENT_VERSION, git_sha, host_info
 from contract.standalone import STANDALONE_FILE, StandaloneKind, StandaloneManifest
 
 __all__ = ["write_standalone_manifest"]
@@ -33,10 +33,10 @@ def write_standalone_manifest(
     manifest = StandaloneManifest(
         kind=kind,
         tool_version=AGENT_VERSION,
-        git_sha=_git_sha(),
+        git_sha=git_sha(),
         base_url=_without_credentials(base_url),
         models=models,
-        host=_host(),
+        host=host_info(),
         settings=settings,
         written_unix_s=time.time(),
     )

@@ -3,7 +3,9 @@
 This module owns the life of a server process: start it in its own process group with its
 output captured in a log file, tell when it answers health checks (and how long that took),
 and stop it so that nothing of it is left: SIGTERM to the group, SIGKILL after a grace
-period, then a check that the group is gone and its port is free. Engine specifics (argv,
+period, then a check that the group is gone and its port is free. Health counts only when
+the process just started owns the listening socket: an older server on the same port
+(another engine, another user) is never taken for it. Engine specifics (argv,
 health URL, ports, build ids) live in the engine recipes, not here.
 
 Secrets: environment values whose names contain TOKEN, SECRET or KEY are never logged;
@@ -98,6 +100,11 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+def choose_port(preferred: int, host: str = "127.0.0.1") -> int:
+    """`preferred` (the recipe's port) when nothing holds it, else a free one."""
+    return free_port(host) if port_in_use(preferred, host) else preferred
+
+
 def _group_members(pgid: int) -> list[psutil.Process]:
     """Live (non-zombie) processes of a process group."""
     members = []
@@ -141,6 +148,9 @@ class EngineServer:
         self._pgid: int | None = None
         self._t_start: float | None = None
         self._log_offset = 0
+        # (pid, create time) of this server's processes seen listening on its port: at stop,
+        # a port held by anyone else (another engine started since) is not this one's leak.
+        self._listeners: set[tuple[int, float]] = set()
         self._secret_values = [
             v for k, v in self._full_env().items() if is_secret_name(k) and len(v) >= 4
         ]
@@ -187,6 +197,34 @@ class EngineServer:
         lines = data.decode("utf-8", errors="replace").splitlines()
         return self._mask("\n".join(lines[-n:]))
 
+    def owns_port(self) -> bool:
+        """Whether a live process of this server's group listens on its port (True if no port)."""
+        if self.port is None or self._pgid is None:
+            return True
+        for proc in _group_members(self._pgid):
+            with contextlib.suppress(psutil.Error):
+                for conn in proc.net_connections(kind="inet"):
+                    if (
+                        conn.status == psutil.CONN_LISTEN
+                        and conn.laddr
+                        and conn.laddr.port == self.port
+                    ):
+                        self._listeners.add((proc.pid, proc.create_time()))
+        return bool(self._listeners)
+
+    def _still_listening(self) -> bool:
+        """Whether the port is held by this server (any process it listened from, alive)."""
+        if self.port is None or not port_in_use(self.port, self.host):
+            return False
+        if not self._listeners:
+            return True  # never saw who listened: the port counts as this server's
+        for pid, created in self._listeners:
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(pid).create_time() == created:
+                    return True
+        log.info("%s: port %s is now held by another process", self.engine, self.port)
+        return False
+
     def _start_error(self, reason: str) -> EngineStartError:
         return EngineStartError(self.engine, reason, self.log_tail(), self.log_path)
 
@@ -227,8 +265,9 @@ class EngineServer:
     def wait_healthy(self, url: str, timeout_s: float) -> float:
         """Poll GET url every 0.5 s until it answers 200; return and record health_s.
 
-        health_s counts from start(). Raises EngineStartError if the process exits first
-        or timeout_s passes (measured from this call), with the log's last lines.
+        health_s counts from start(). An answer counts only while this process group owns
+        the listening socket (see `owns_port`). Raises EngineStartError if the process exits
+        first or timeout_s passes (measured from this call), with the log's last lines.
         """
         if self._proc is None or self._t_start is None:
             raise RuntimeError(f"{self.engine}: wait_healthy before start")
@@ -246,11 +285,14 @@ class EngineServer:
                     )
                 try:
                     resp = client.get(url, timeout=min(2.0, max(0.1, remaining)))
-                    if resp.status_code == 200:
+                    if resp.status_code != 200:
+                        last = f"HTTP {resp.status_code}"
+                    elif not self.owns_port():
+                        last = f"HTTP 200 from another process holding port {self.port}"
+                    else:
                         self.health_s = time.monotonic() - self._t_start
                         log.info("%s: healthy after %.2fs", self.engine, self.health_s)
                         return self.health_s
-                    last = f"HTTP {resp.status_code}"
                 except httpx.HTTPError as e:
                     last = f"{type(e).__name__}"
                 time.sleep(min(HEALTH_POLL_S, max(0.0, deadline - time.monotonic())))
@@ -285,7 +327,7 @@ class EngineServer:
         deadline = time.monotonic() + PORT_RELEASE_S
         while True:
             left = _group_members(pgid)
-            port_busy = self.port is not None and port_in_use(self.port, self.host)
+            port_busy = self._still_listening()
             if not left and not port_busy:
                 break
             if time.monotonic() > deadline:

@@ -228,7 +228,7 @@ def _status_table(status: CampaignStatus) -> Table:
     for row in status.rows:
         instance = row.instance
         record = row.status.record if row.status is not None else None
-        phase = (row.status.phase if row.status else None) or "-"
+        phase = (row.status.phase if row.status else None) or row.uploaded_phase or "-"
         if row.stale:
             phase = f"{phase} (STALE)"
         job = "-"

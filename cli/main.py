@@ -16,16 +16,22 @@ import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from contract.errors import BenchError
 from contract.layout import STACK_NAME
+
+if TYPE_CHECKING:
+    from cli.outdir import OutMode
+    from contract.suite import Shape
 
 __all__ = ["main"]
 
 CAMPAIGN_COMMANDS = ("launch", "status", "fetch", "cleanup")
 STACK_ENV = "BENCH_STACK"  # overrides the stack name, as --stack does
+_S = TypeVar("_S", bound=BaseModel)
 
 
 class UserError(BenchError):
@@ -96,7 +102,26 @@ def _add_request_flags(parser: argparse.ArgumentParser) -> None:
         default="fast",
         help="hot-path HTTP client: fast (asyncio+httptools, default) or httpx",
     )
+    _add_out_mode_flags(parser)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def _add_out_mode_flags(parser: argparse.ArgumentParser) -> None:
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish the run already in --out (same settings required); done parts are kept",
+    )
+    mode.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="move what --out holds aside (to <out>.replaced-<time>) and start again",
+    )
+
+
+def _out_mode(args: argparse.Namespace) -> OutMode:
+    return "resume" if args.resume else "overwrite" if args.overwrite else "new"
 
 
 def _request_settings(args: argparse.Namespace):
@@ -208,6 +233,7 @@ def _build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="a local copy of the GSM8K test split (else downloaded, sha256-pinned)",
     )
+    _add_out_mode_flags(run)
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     _add_campaign_parsers(sub)
     _add_report_parser(sub)
@@ -401,6 +427,8 @@ async def _probe(args: argparse.Namespace) -> int:
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.probe import PROBE_PROMPTS, run_probe
     from agent.results import ResultWriter
+    from cli.outdir import move_aside, prepare_out
+    from contract.results import ProbeSummary
     from contract.suite import ProbeSettings
     from report.console import print_tables, probe_table, report_of
 
@@ -414,7 +442,16 @@ async def _probe(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         raise UserError(_one_line(exc)) from exc
     out = args.out or _default_out("probe")
-    writer = ResultWriter(out)
+    mode = _out_mode(args)
+    console = _console()
+    if mode == "resume":
+        previous = _previous(out, ProbeSummary)
+        if previous.settings != settings:
+            raise UserError(f"--resume: {out} was probed with other settings; use --overwrite")
+        if previous.finished_unix_s is not None:
+            print_tables(console, [probe_table(report_of([out]))])
+            console.print(f"results: {out} (already complete; nothing to resume)")
+            return 0 if previous.requests_failed == 0 else 1
     total = settings.repeats * len(PROBE_PROMPTS) + settings.at_once
     async with OpenAIClient(
         args.url,
@@ -423,13 +460,47 @@ async def _probe(args: argparse.Namespace) -> int:
         transport=args.transport,
         max_connections=settings.at_once,
     ) as client:
+        await client.server_info()  # unreachable: one line, and no folder left behind
+        # A probe is one short unit: an unfinished one is moved aside and run again.
+        aside = move_aside(out) if mode == "resume" else prepare_out(out, mode)
+        if aside:
+            console.print(f"earlier results moved to {aside}")
+        writer = ResultWriter(out)
         with _progress(total, "probe") as advance:
             summary = await run_probe(client, settings, writer, progress=advance)
     _standalone(out, "probe", summary.base_url, [summary.model], settings)
-    console = _console()
     print_tables(console, [probe_table(report_of([out]))])
     console.print(f"results: {out}")
     return 0 if summary.requests_failed == 0 else 1
+
+
+def _previous(out: Path, kind: type[_S]) -> _S:
+    """The summary an earlier run left in `out`, for --resume; one line if there is none."""
+    from contract.results import SUMMARY_FILE
+
+    path = out / SUMMARY_FILE
+    if not path.exists():
+        raise UserError(f"--resume: {out} holds no results to resume")
+    try:
+        return kind.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise UserError(f"--resume: cannot read {path}: {exc.strerror or exc}") from exc
+    except ValidationError as exc:
+        raise UserError(
+            f"--resume: {path} is not a {kind.__name__} ({_one_line(exc)}); use --overwrite"
+        ) from exc
+
+
+def _parse_shapes(text: str) -> tuple[Shape, ...]:
+    from contract.suite import Shape
+
+    try:
+        shapes = tuple(Shape.parse(s) for s in text.split(",") if s.strip())
+    except ValueError as exc:
+        raise UserError(f"--shapes: {_one_line(exc)}") from exc
+    if not shapes:
+        raise UserError("--shapes: give at least one INPUT/OUTPUT shape, e.g. 512/128")
+    return shapes
 
 
 async def _sweep(args: argparse.Namespace) -> int:
@@ -443,18 +514,16 @@ async def _sweep(args: argparse.Namespace) -> int:
         ServerMetricsCsv,
         ServerMetricsPoller,
     )
-    from contract.suite import Shape, SweepSettings
+    from cli.outdir import prepare_out
+    from contract.results import REQUESTS_FILE, VLLM_EXPORT_FILE, SweepSummary
+    from contract.suite import SweepSettings
     from report.console import print_tables, report_of, sweep_tables
 
-    try:
-        shapes = tuple(Shape.parse(s) for s in args.shapes.split(",") if s.strip())
-    except ValueError as exc:
-        raise UserError(f"--shapes: {exc}") from exc
     if (args.mode == "rate") != bool(args.rates):
         raise UserError("--rates goes with --mode rate, and --mode rate needs --rates")
     try:
         settings = SweepSettings(
-            shapes=shapes,
+            shapes=_parse_shapes(args.shapes),
             levels=args.levels,
             repeats=args.repeats,
             mode=args.mode,
@@ -475,8 +544,11 @@ async def _sweep(args: argparse.Namespace) -> int:
         raise UserError(_one_line(exc)) from exc
     source = load_source(settings.prompts, gsm8k_data=args.gsm8k_data)
     out = args.out or _default_out("sweep")
-    writer = ResultWriter(out)
-    rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
+    mode = _out_mode(args)
+    previous = _previous(out, SweepSummary) if mode == "resume" else None
+    if previous is not None and previous.settings != settings:
+        raise UserError(f"--resume: {out} was swept with other settings; use --overwrite")
+    console = _console()
     async with OpenAIClient(
         args.url,
         model=args.model,
@@ -484,26 +556,61 @@ async def _sweep(args: argparse.Namespace) -> int:
         transport=args.transport,
         max_connections=connections_for(settings),
     ) as client:
-        total = count_requests(settings) if settings.mode == "burst" else None
-        with (
-            _progress(total, "sweep") as advance,
-            ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
+        info = await client.server_info()  # unreachable: one line, and no folder left behind
+        if previous is not None and (previous.base_url, previous.model) != (
+            client.base_url,
+            info.model,
         ):
-            rows.job_id = "sweep"
-            summary = await run_sweep(
-                client,
-                settings,
-                writer,
-                progress=advance,
-                source=source,
-                server_metrics=server_metrics,
+            raise UserError(
+                f"--resume: {out} measured {previous.model} at {previous.base_url}, "
+                f"not {info.model} at {client.base_url}"
             )
-    rows.close()
+        aside = prepare_out(out, mode)
+        if aside:
+            console.print(f"earlier results moved to {aside}")
+        writer = ResultWriter(out)
+        if previous is not None:
+            done = {(c.shape, c.concurrency) for c in previous.cells}
+            moved = writer.set_aside(REQUESTS_FILE, lambda row: _in_cells(row, done))
+            moved += writer.set_aside(VLLM_EXPORT_FILE, lambda row: _in_cells(row, done))
+            if moved:
+                console.print(f"set aside {moved} line(s) of the cell that was interrupted")
+        total = count_requests(settings) if settings.mode == "burst" else None
+        rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
+        try:
+            with (
+                _progress(total, "sweep") as advance,
+                ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
+            ):
+                rows.job_id = "sweep"
+                summary = await run_sweep(
+                    client,
+                    settings,
+                    writer,
+                    progress=advance,
+                    source=source,
+                    server_metrics=server_metrics,
+                    previous=previous,
+                )
+        finally:
+            rows.close()
     _standalone(out, "sweep", summary.base_url, [summary.model], settings)
-    console = _console()
     print_tables(console, sweep_tables(report_of([out])))
     console.print(f"results: {out}")
-    return 0 if summary.counts["failed"] == 0 else 1
+    lost = summary.counts["failed"] + summary.counts.get("partial", 0)
+    return 0 if lost == 0 else 1
+
+
+def _in_cells(row: dict[str, object], done: set[tuple[str, int]]) -> bool:
+    """Whether a requests.jsonl / vllm export line belongs to a finished cell."""
+    label = str(row.get("label", ""))
+    if label == "calibration":
+        return True
+    if label.startswith("bench:"):  # vllm export: one line per measured window
+        return (label[len("bench:") :], row.get("max_concurrency")) in done
+    shape, _, rest = label.partition("/c")
+    level = rest.split("/", 1)[0]
+    return level.isdigit() and (shape, int(level)) in done
 
 
 def _standalone(out: Path, kind: str, base_url: str, models: list[str], settings) -> None:
@@ -555,7 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             from cli.local_run import run_local
 
-            return run_local(args.spec, args.out, args.gsm8k_data)
+            return run_local(args.spec, args.out, args.gsm8k_data, mode=_out_mode(args))
         if args.command == "report":
             from cli.report import run_report
 

@@ -13,6 +13,7 @@ from contract.suite import SuiteItem
 from contract.telemetry import GpuDeviceInfo, SamplerStats, TelemetrySummary
 
 __all__ = [
+    "AGENT_LOG_FILE",
     "JOB_FILE",
     "MANIFEST_FILE",
     "SERVER_LOG_FILE",
@@ -21,9 +22,11 @@ __all__ = [
     "HostInfo",
     "JobRecord",
     "Manifest",
+    "RunSpan",
 ]
 
 JOB_FILE = "job.json"
+AGENT_LOG_FILE = "agent.log"
 MANIFEST_FILE = "manifest.json"
 SERVER_LOG_FILE = "server.log"
 SettingValue = str | int | float | bool | None
@@ -48,6 +51,9 @@ class EngineServed(_Record):
     install_s: float | None = None
     version_text: str | None = Field(None, description="what the recipe's version probe printed")
     binary_sha256: str | None = Field(None, description="sha256 of the server executable")
+    port: int | None = Field(
+        None, description="where it listened: the recipe's port when free, else a free one"
+    )
     gpu_memory_released: bool | None = Field(
         None, description="GPU memory back within 1 GiB of before the server (NVML), per stop"
     )
@@ -94,6 +100,14 @@ class HostInfo(_Record):
     memory_mib: int
 
 
+class RunSpan(_Record):
+    """One run of the shard's runner into the folder: a rerun adds one, never replaces."""
+
+    started_unix_s: float
+    finished_unix_s: float | None = None
+    jobs_run: list[str] = Field(default_factory=list, description="jobs this run attempted")
+
+
 class Manifest(_Record):
     """`manifest.json`: enough to say exactly what was measured, where and when."""
 
@@ -116,3 +130,8 @@ class Manifest(_Record):
     jobs_ok: list[str] = Field(default_factory=list)
     jobs_failed: list[str] = Field(default_factory=list)
     sampler: SamplerStats | None = Field(None, description="what sampling cost, at the end")
+    runs: list[RunSpan] = Field(
+        default_factory=list,
+        description="every run into this folder, in order: started is the first's, finished "
+        "the last's, engines every build any of them served",
+    )

@@ -10,10 +10,12 @@ For each shard, in parallel:
 3. Attempts: RunInstances with the stack's spot launch template in each subnet, then with
    the on-demand template in each subnet; `SubnetId` and `InstanceType` at the top level,
    tags `bench:campaign`, `bench:shard`, `Name` (and the max runtime, for `bench cleanup`)
-   on the instance and its volume; a ClientToken per (launch, shard, market, subnet), so a
-   retried call never starts a second instance. Each failure is classified by the table in
-   `control.errors`; each attempt is reported as one line (subnet, market, outcome),
-   as the seeds' create tool printed them.
+   on the instance and its volume; a ClientToken derived from (campaign, shard, market,
+   subnet) and the shard's earlier instances still listed (`client_token`), so a retried
+   call, or a second `bench launch` of the same campaign at the same time, converges on
+   one instance, while a relaunch after the shard's instance ended gets a new one. Each
+   failure is classified by the table in `control.errors`; each attempt is reported as
+   one line (subnet, market, outcome), as the seeds' create tool printed them.
 
 Before any instance starts, the spec is validated and uploaded to
 `s3://<bucket>/campaigns/<name>/spec.toml`, and every shard's type is checked to be offered
@@ -25,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import random
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ __all__ = [
     "ShardLaunch",
     "ShardWait",
     "backoff_s",
+    "client_token",
     "launch_campaign",
     "wait_for_agents",
 ]
@@ -213,19 +215,22 @@ def launch_campaign(
             the campaign runs with a different spec. Nothing is launched then.
     """
     check_bucket(clients, stack.bucket)
-    live = find_instances(
+    listed = find_instances(
         clients,
         campaign=spec.name,
-        states=LIVE_STATES,
+        states=None,
         spot_launch_template=stack.spot_launch_template,
     )
+    live = [i for i in listed if i.state in LIVE_STATES]
+    earlier: dict[str, list[str]] = {}
+    for instance in listed:
+        earlier.setdefault(instance.shard, []).append(instance.instance_id)
     subnets = {
         instance_type: _offering_subnets(clients, stack, instance_type)
         for instance_type in sorted({s.instance_type for s in spec.shards})
     }
     spec_replaced = _upload_spec(clients, stack.bucket, spec.name, spec_bytes, running=live)
 
-    run_id = uuid.uuid4().hex
     live_by_shard: dict[str, BenchInstance] = {}
     for instance in live:
         live_by_shard.setdefault(instance.shard, instance)
@@ -247,7 +252,7 @@ def launch_campaign(
             spec=spec,
             shard=shard,
             subnets=subnets[shard.instance_type],
-            run_id=run_id,
+            earlier_instances=tuple(earlier.get(shard.name, ())),
             on_attempt=on_attempt,
             sleep=sleep,
         ).run()
@@ -320,7 +325,7 @@ class _ShardLauncher:
     spec: CampaignSpec
     shard: ShardSpec
     subnets: list[tuple[str, str]]
-    run_id: str
+    earlier_instances: tuple[str, ...]
     on_attempt: Callable[[Attempt], None]
     sleep: Callable[[float], None]
     attempts: list[Attempt] = field(default_factory=list)
@@ -405,9 +410,9 @@ class _ShardLauncher:
             {"Key": "Name", "Value": f"bench-{self.spec.name}-{self.shard.name}"},
             {"Key": TAG_MAX_RUNTIME_H, "Value": f"{self.spec.max_runtime_h:g}"},
         ]
-        token = hashlib.sha256(
-            f"{self.run_id}/{self.spec.name}/{self.shard.name}/{market}/{subnet}".encode()
-        ).hexdigest()[:64]
+        token = client_token(
+            self.spec.name, self.shard.name, market, subnet, self.earlier_instances
+        )
         return {
             "LaunchTemplate": {"LaunchTemplateId": template, "Version": LAUNCH_TEMPLATE_VERSION},
             "InstanceType": self.shard.instance_type,
@@ -526,3 +531,19 @@ def _instance_states(ec2: Any, instance_ids: list[str]) -> dict[str, str]:
             for raw in reservation.get("Instances", []):
                 states[raw["InstanceId"]] = raw.get("State", {}).get("Name", "unknown")
     return states
+
+
+def client_token(
+    campaign: str, shard: str, market: str, subnet: str, earlier_instances: Sequence[str]
+) -> str:
+    """RunInstances' ClientToken for one attempt (at most 64 ASCII characters).
+
+    Two launches of one campaign at the same time see the same instances and derive the same
+    token, so EC2 starts one instance and returns it to both. The shard's earlier instances
+    (any state; terminated ones stay listed for about an hour) are part of it: after the
+    shard's instance ended, a relaunch derives a new token instead of being handed the ended
+    instance again.
+    """
+    generation = ",".join(sorted(earlier_instances))
+    text = f"{campaign}/{shard}/{market}/{subnet}/{generation}"
+    return hashlib.sha256(text.encode()).hexdigest()[:64]

@@ -5,6 +5,10 @@ status parameter and those with a tagged instance, so a shard that was never lau
 whose instance is gone and one that never published all show up. A running instance whose
 heartbeat is older than `STALE_AFTER` is marked stale; a shard whose instance ended before
 its work did is marked lost (relaunch it with `bench launch`; the agent skips finished jobs).
+When a shard has no status parameter (`bench cleanup` deletes them once no instance is left),
+its state comes from what the agent uploaded: a finished manifest says `done` (or `failed`,
+naming the failed jobs), and the jobs' `done` markers say how far it got, so a finished
+campaign never shows as lost.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from datetime import UTC, datetime, timedelta
 
 from botocore.exceptions import ClientError
 
-from contract.layout import campaign_prefix, spec_key
+from contract.jobs import Manifest
+from contract.layout import JOBS_DIR, MANIFEST_FILE, campaign_prefix, results_prefix, spec_key
+from contract.results import DONE_FILE
 from control.aws import AwsClients
 from control.errors import ControlError
 from control.instances import BenchInstance, find_instances
@@ -47,6 +53,8 @@ class ShardRow:
         stale: a live instance whose heartbeat is older than `STALE_AFTER` (or that has
             published nothing that long after launch).
         note: a short remark (not launched, lost, interrupted, status of an earlier instance).
+        uploaded_phase: `done` or `failed` from the uploaded manifest, when there is no
+            status parameter (deleted by `bench cleanup`) to say so.
     """
 
     shard: str
@@ -55,10 +63,11 @@ class ShardRow:
     heartbeat_age: timedelta | None
     stale: bool
     note: str = ""
+    uploaded_phase: str | None = None
 
     @property
     def terminal(self) -> bool:
-        return self.status is not None and self.status.terminal
+        return (self.status is not None and self.status.terminal) or bool(self.uploaded_phase)
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +130,7 @@ def campaign_status(
             _current_instance([i for i in instances if i.shard == shard]),
             by_shard.get(shard),
             checked_at,
+            None if shard in by_shard else _uploaded(clients, stack.bucket, campaign, shard),
         )
         for shard in names
     )
@@ -183,8 +193,36 @@ def _current_instance(instances: Iterable[BenchInstance]) -> BenchInstance | Non
     return ordered[-1] if ordered else None
 
 
+def _uploaded(clients: AwsClients, bucket: str, campaign: str, shard: str) -> tuple[str, str]:
+    """(phase or "", note) from the shard's uploads: its manifest, else its done markers."""
+    prefix = results_prefix(campaign, shard)
+    s3 = clients.client("s3")
+    done = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            key = item["Key"][len(prefix) :]
+            done += key.startswith(JOBS_DIR) and key.endswith("/" + DONE_FILE)
+    try:
+        body = s3.get_object(Bucket=bucket, Key=prefix + MANIFEST_FILE)["Body"].read()
+        manifest = Manifest.model_validate_json(body)
+    except ClientError:
+        manifest = None
+    except ValueError as exc:
+        return "", f"uploaded manifest unreadable ({type(exc).__name__}); {done} job(s) done"
+    if manifest is not None and manifest.finished_unix_s is not None:
+        if set(manifest.jobs) <= set(manifest.jobs_ok):
+            return "done", f"every job done (from the uploaded manifest; {len(manifest.jobs)})"
+        failed = ", ".join(manifest.jobs_failed) or "some"
+        return "failed", f"ended; job(s) not done: {failed} (from the uploaded manifest)"
+    return "", f"{done} job(s) done in S3" if done else ""
+
+
 def _row(
-    shard: str, instance: BenchInstance | None, status: StatusReading | None, now: datetime
+    shard: str,
+    instance: BenchInstance | None,
+    status: StatusReading | None,
+    now: datetime,
+    uploaded: tuple[str, str] | None = None,
 ) -> ShardRow:
     heartbeat = status.heartbeat if status is not None else None
     age = now - heartbeat if heartbeat is not None else None
@@ -209,4 +247,9 @@ def _row(
         note = f"status parameter malformed: {status.error}"
     if stale and heartbeat is None:
         note = "no status published since launch"
-    return ShardRow(shard, instance, status, age, stale, note)
+    phase, uploaded_note = uploaded or ("", "")
+    if phase and not live:
+        note = uploaded_note  # finished: not lost, whatever happened to the instance since
+    elif uploaded_note:
+        note = f"{note}; {uploaded_note}" if note else uploaded_note
+    return ShardRow(shard, instance, status, age, stale, note, phase or None)

@@ -3,16 +3,20 @@
 `contract.spec` checks the spec's structure; this checks what only the recipes know: every
 arm names an engine and an arm spelling it has, its setting overrides are settings it has,
 a drafter arm is one the engine can run on the shard's GPU, and the model (and drafter)
-has a source for that engine. The agent and the launcher both call it.
+has a source for that engine, and every `sources` key is an engine name (or `default`): an
+arm name there would silently fall back to the default source. The agent and the launcher
+both call it; `bench run` also asks `arms_needing_gpu` before running anything here.
 """
 
 from __future__ import annotations
 
 from contract.gpus import gpu_family
 from contract.spec import LOCAL_INSTANCE_TYPE, CampaignSpec, SpecError
-from engines.recipes import RecipeError, check_arm, recipe_for_arm
+from engines.recipes import RECIPES, RecipeError, check_arm, recipe_for_arm
 
-__all__ = ["check_campaign", "shard_compute_capability"]
+__all__ = ["arms_needing_gpu", "check_campaign", "shard_compute_capability"]
+
+DEFAULT_SOURCE = "default"
 
 
 def shard_compute_capability(instance_type: str) -> tuple[int, int] | None:
@@ -27,6 +31,13 @@ def shard_compute_capability(instance_type: str) -> tuple[int, int] | None:
 
 def check_campaign(spec: CampaignSpec) -> CampaignSpec:
     """Raise SpecError with one line naming the shard, the arm and the reason."""
+    for table, model in (("model", spec.model), ("drafter", spec.drafter)):
+        unknown = sorted(set(model.sources) - set(RECIPES) - {DEFAULT_SOURCE}) if model else []
+        if unknown:
+            raise SpecError(
+                f"{table}.sources: {', '.join(repr(k) for k in unknown)} is not an engine name "
+                f"(engines: {', '.join(sorted(RECIPES))}; or {DEFAULT_SOURCE!r})"
+            )
     for shard in spec.shards:
         gpu_cc = shard_compute_capability(shard.instance_type)
         for arm in shard.arms:
@@ -43,3 +54,9 @@ def check_campaign(spec: CampaignSpec) -> CampaignSpec:
                     "(add model.sources.<engine> or model.sources.default)"
                 )
     return spec
+
+
+def arms_needing_gpu(spec: CampaignSpec) -> list[str]:
+    """Arms whose engine cannot run without an NVIDIA GPU, in spec order."""
+    arms = [arm for shard in spec.shards for arm in shard.arms]
+    return [arm for arm in dict.fromkeys(arms) if recipe_for_arm(arm).requires_gpu]

@@ -226,8 +226,8 @@ def sweep_tables(report: Report) -> list[Table]:
                 counts.append(f"{label}: {grid.arm_notes.get(label, 'no sweep')}")
             else:
                 counts.append(
-                    f"{label}: {c.get('measured', 0)} measured / {c.get('failed', 0)} failed / "
-                    f"{c.get('infeasible', 0)} infeasible"
+                    f"{label}: {c.get('measured', 0)} measured / {c.get('partial', 0)} partial / "
+                    f"{c.get('failed', 0)} failed / {c.get('infeasible', 0)} infeasible"
                     + (f" ({grid.arm_notes[label]})" if label in grid.arm_notes else "")
                 )
         repeats = max(

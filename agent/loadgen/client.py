@@ -2,14 +2,18 @@
 
 The hot path goes through a `Transport`; everything else (models, tokenize, server props)
 goes through httpx. A failed request comes back as a record with `error` set; only a
-programming error raises.
+programming error raises. The unmeasured calls are retried with a bounded backoff (a
+keep-alive connection the server closed while idle, a restart, a brief 5xx) and then raise
+`ServerCallError`, which the sweep turns into a failed cell.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import httpx
@@ -21,24 +25,29 @@ from contract.errors import BenchError
 from contract.results import ChunkTokenSource, ForcedOutput, RequestRecord
 from contract.suite import RequestSettings
 
-__all__ = ["ChatRequest", "OpenAIClient", "ServerError", "ServerInfo", "normalise_base_url"]
+__all__ = ["ChatRequest", "OpenAIClient", "ServerCallError", "ServerInfo", "normalise_base_url"]
 
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "BENCH_API_KEY"
+# Waits between attempts of an unmeasured call: four attempts within about two seconds.
+RETRY_DELAYS_S = (0.2, 0.5, 1.2)
+
+
+class ServerCallError(BenchError, ConnectionError):
+    """The server under test is unusable: an unmeasured call (models, tokenize, props) failed
+    after its retries, it refused the key or does not serve the model, or a URL names no
+    server. One line."""
+
+
 _PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-
-class ServerError(BenchError, ConnectionError):
-    """The server under test is unusable before anything is measured: unreachable, no
-    model list, or a URL that names no server."""
 
 
 def normalise_base_url(url: str) -> str:
     """'http://h:8000/v1/' -> 'http://h:8000' (paths are added per endpoint)."""
     url = url.strip().rstrip("/")
     if "://" not in url:
-        raise ServerError(f"URL {url!r} needs a scheme, e.g. http://127.0.0.1:8080")
+        raise ServerCallError(f"URL {url!r} needs a scheme, e.g. http://127.0.0.1:8080")
     return url[: -len("/v1")] if url.endswith("/v1") else url
 
 
@@ -105,23 +114,55 @@ class OpenAIClient:
     async def warm(self, connections: int) -> None:
         await self._transport.warm(connections)
 
+    async def _call(
+        self, method: str, path: str, json: Mapping[str, object] | None = None
+    ) -> httpx.Response:
+        """One unmeasured call, retried on transport errors and 5xx; raises `ServerCallError`."""
+        last = ""
+        for attempt in range(len(RETRY_DELAYS_S) + 1):
+            if attempt:
+                await asyncio.sleep(RETRY_DELAYS_S[attempt - 1])
+            try:
+                response = await self._http.request(method, path, json=json)
+            except httpx.TransportError as exc:
+                last = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+                continue
+            if response.status_code < 500:
+                return response
+            last = f"HTTP {response.status_code}"
+        raise ServerCallError(
+            f"{method} {self.base_url}{path} failed {len(RETRY_DELAYS_S) + 1} times: {last}"
+        )
+
     async def server_info(self) -> ServerInfo:
         """The served model id and context length, from /v1/models (and llama.cpp's /props).
 
-        Raises `ServerError` with one clear line if the server cannot be reached.
+        Raises `ServerCallError` with one clear line if the server cannot be reached, refuses
+        the key, or does not serve the model asked for.
         """
         try:
-            response = await self._http.get("/v1/models")
-        except httpx.HTTPError as exc:
-            raise ServerError(f"cannot reach {self.base_url}: {exc}") from exc
+            response = await self._call("GET", "/v1/models")
+        except ServerCallError as exc:
+            raise ServerCallError(f"cannot reach {self.base_url}: {exc}") from exc
+        if response.status_code in (401, 403):
+            hint = "is BENCH_API_KEY right?" if self._api_key else "set BENCH_API_KEY to its key"
+            raise ServerCallError(
+                f"{self.base_url}/v1/models answered HTTP {response.status_code}: {hint}"
+            )
         if response.status_code != 200:
-            raise ServerError(f"{self.base_url}/v1/models answered HTTP {response.status_code}")
+            raise ServerCallError(f"{self.base_url}/v1/models answered HTTP {response.status_code}")
         try:
             entries = response.json().get("data") or []
         except ValueError as exc:
-            raise ServerError(f"{self.base_url}/v1/models did not return JSON") from exc
+            raise ServerCallError(f"{self.base_url}/v1/models did not return JSON") from exc
         if not entries:
-            raise ServerError(f"{self.base_url}/v1/models lists no model")
+            raise ServerCallError(f"{self.base_url}/v1/models lists no model")
+        served = [str(e.get("id")) for e in entries]
+        if self.model is not None and self.model not in served:
+            raise ServerCallError(
+                f"model {self.model!r} is not served by {self.base_url}; "
+                f"/v1/models lists: {', '.join(served)}"
+            )
         entry = next((e for e in entries if e.get("id") == self.model), entries[0])
         context = entry.get("max_model_len") or (entry.get("meta") or {}).get("n_ctx_train")
         slot_context = await self._llamacpp_slot_context()
@@ -133,8 +174,8 @@ class OpenAIClient:
 
     async def _llamacpp_slot_context(self) -> int | None:
         try:
-            response = await self._http.get("/props")
-        except httpx.HTTPError:
+            response = await self._call("GET", "/props")
+        except ServerCallError:
             return None
         if response.status_code != 200:
             return None
@@ -180,21 +221,30 @@ class OpenAIClient:
         return _to_record(request, recorder, result.send_ns, dispatch, self)
 
     async def tokenize_raw(self, text: str) -> int | None:
-        """Token count of `text` without special tokens, where the server can tell."""
-        response = await self._http.post(
-            "/tokenize", json={"model": self.model, "prompt": text, "add_special_tokens": False}
+        """Token count of `text` without special tokens, where the server can tell.
+
+        Raises `ServerCallError` when the server cannot be reached after the retries.
+        """
+        response = await self._call(
+            "POST", "/tokenize", {"model": self.model, "prompt": text, "add_special_tokens": False}
         )
-        if response.status_code == 200:
-            tokens = response.json().get("tokens")
-            if isinstance(tokens, list) and tokens:
-                return len(tokens)
+        tokens = _json_tokens(response)
+        if tokens:
+            return len(tokens)
         # llama.cpp's spelling of the same endpoint.
-        response = await self._http.post("/tokenize", json={"content": text, "add_special": False})
-        if response.status_code == 200:
-            tokens = response.json().get("tokens")
-            if isinstance(tokens, list):
-                return len(tokens)
+        response = await self._call("POST", "/tokenize", {"content": text, "add_special": False})
+        tokens = _json_tokens(response)
+        return len(tokens) if tokens is not None else None
+
+
+def _json_tokens(response: httpx.Response) -> list[object] | None:
+    if response.status_code != 200:
         return None
+    try:
+        tokens = response.json().get("tokens")
+    except (ValueError, AttributeError):
+        return None
+    return tokens if isinstance(tokens, list) else None
 
 
 def _chunk_tokens(

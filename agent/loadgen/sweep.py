@@ -4,7 +4,10 @@
 `steady`: N workers keep N requests in flight; a warm-up period is discarded and requests
 that finish inside the measured window count. `rate`: open-loop arrivals at each request
 rate (agent/loadgen/arrivals.py), one cell per rate. Each cell is `ok`, `infeasible` (it cannot
-run on this server, with why) or `failed` (it broke, with the error); none is dropped.
+run on this server, with why), `partial` (it measured, but some request of a measured window
+failed: its figures are shown with the loss and never ranked) or `failed` (it broke, with the
+error); none is dropped. An unmeasured call that fails after its retries (tokenize while
+prompts are built, the server gone) fails the cell in progress and the sweep moves on.
 Records are appended as each window ends and the summary rewritten after each cell.
 """
 
@@ -18,7 +21,7 @@ from datetime import UTC, datetime
 from typing import TypedDict
 
 from agent.loadgen.arrivals import arrival_stats, run_rate_window
-from agent.loadgen.client import ChatRequest, OpenAIClient, ServerInfo
+from agent.loadgen.client import ChatRequest, OpenAIClient, ServerCallError, ServerInfo
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
 from agent.loadgen.text_sources import TextSource, calibrate_source, load_source
 from agent.loadgen.vllm_export import vllm_bench_serve_run
@@ -184,10 +187,37 @@ class _CellRunner:
                 f"the server's context of {self.info.max_context_tokens} per request"
             )
             return CellResult(**base, status="infeasible", reason=reason)
-        await self.client.warm(level)
-        deadline = time.monotonic() + s.max_cell_s
         windows: list[WindowStats] = []
         all_errors: list[str | None] = []
+        try:
+            early = await self._measure(shape, level, rate, base, windows, all_errors)
+        except ServerCallError as exc:
+            log.warning("%s c=%d: %s", shape.name, level, exc)
+            return _cell_from_windows(base, windows, all_errors, aborted=str(exc))
+        if early is not None:
+            return early
+        cell = _cell_from_windows(base, windows, all_errors)
+        saturated = [w.arrivals for w in windows if w.arrivals and w.arrivals.over_saturated]
+        if saturated:
+            why = f"over-saturated in {len(saturated)} of {len(windows)} windows: "
+            why += saturated[0].over_saturation_reason or ""
+            reason = f"{cell.reason}; {why}" if cell.reason else why
+            cell = cell.model_copy(update={"over_saturated": True, "reason": reason})
+        return cell
+
+    async def _measure(
+        self,
+        shape: Shape,
+        level: int,
+        rate: float | None,
+        base: _CellKey,
+        windows: list[WindowStats],
+        all_errors: list[str | None],
+    ) -> CellResult | None:
+        """Fill `windows` repeat by repeat; a CellResult only when the cell is infeasible."""
+        s = self.settings
+        await self.client.warm(level)
+        deadline = time.monotonic() + s.max_cell_s
         # A rate window opens with its own warm-up seconds, so it needs no warm-up window.
         first_repeat = -1 if s.warmup and rate is None else 0
         for repeat in range(first_repeat, s.repeats):
@@ -253,28 +283,34 @@ class _CellRunner:
                     date=datetime.now(UTC),
                 )
             )
-        cell = _cell_from_windows(base, windows, all_errors)
-        saturated = [w.arrivals for w in windows if w.arrivals and w.arrivals.over_saturated]
-        if saturated:
-            why = f"over-saturated in {len(saturated)} of {len(windows)} windows: "
-            why += saturated[0].over_saturation_reason or ""
-            reason = f"{cell.reason}; {why}" if cell.reason else why
-            cell = cell.model_copy(update={"over_saturated": True, "reason": reason})
-        return cell
+        return None
 
 
 def _cell_from_windows(
-    base: _CellKey, windows: list[WindowStats], errors: list[str | None]
+    base: _CellKey,
+    windows: list[WindowStats],
+    errors: list[str | None],
+    *,
+    aborted: str | None = None,
 ) -> CellResult:
+    """The cell's status: `ok` only when every measured window is complete and none is missing."""
     measured = [w for w in windows if w.aggregate_output_tok_s is not None]
     status: CellStatus = "ok"
     reason = None
+    lost = sum(w.requests_failed for w in windows)
     if not measured:
-        if errors and all(_is_context_error(e) for e in errors):
+        if aborted is None and errors and all(_is_context_error(e) for e in errors):
             status, reason = "infeasible", errors[0]
         else:
             status = "failed"
-            reason = next((e for e in errors if e), "no window completed")
+            reason = aborted or next((e for e in errors if e), "no window completed")
+    elif lost or aborted or len(measured) < len(windows):
+        status = "partial"
+        first = next((e for e in errors if e), None)
+        parts = [f"{lost} request(s) failed" + (f": {first}" if first and lost else "")]
+        if aborted:
+            parts.append(f"stopped after {len(windows)} window(s): {aborted}")
+        reason = "; ".join(p for p in parts if not p.startswith("0 request"))
     rates = sorted(w.aggregate_output_tok_s for w in measured if w.aggregate_output_tok_s)
     return CellResult(
         **base,
@@ -292,6 +328,7 @@ def _cell_from_windows(
 def _counts(cells: list[CellResult]) -> dict[str, int]:
     return {
         "measured": sum(1 for c in cells if c.status == "ok"),
+        "partial": sum(1 for c in cells if c.status == "partial"),
         "failed": sum(1 for c in cells if c.status == "failed"),
         "infeasible": sum(1 for c in cells if c.status == "infeasible"),
     }
@@ -311,19 +348,23 @@ async def run_sweep(
     prompt_factory: Callable[[PromptCalibration], PromptFactory] | None = None,
     source: TextSource | None = None,
     server_metrics: ServerMetricsPoller | None = None,
+    previous: SweepSummary | None = None,
 ) -> SweepSummary:
     """Run every cell; the summary on disk is complete after each one.
 
     `prompt_factory` replaces how prompts are made (tests use it to mix in faults).
     `source` is the text of `settings.prompts`, when the caller loaded it already.
     `server_metrics` reads the server's /metrics at each cell's ends (counters, prefix check).
+    `previous` resumes an interrupted sweep of the same settings: its cells are kept and
+    skipped, its calibration reused so every prompt is built the same way.
     """
     if source is None and settings.prompts != "synthetic":
         source = load_source(settings.prompts)
     info = await client.server_info()
-    started = time.time()
+    started = previous.started_unix_s if previous else time.time()
     anchor_unix, anchor_ns = time.time(), time.perf_counter_ns()
-    calibration = await calibrate_source(client, await calibrate(client), source)
+    calibration = previous.calibration if previous else None
+    calibration = calibration or await calibrate_source(client, await calibrate(client), source)
     log.info(
         "prompt calibration: tokenize=%s overhead=%d tokens/word=%.3f",
         calibration.tokenize_endpoint,
@@ -336,7 +377,8 @@ async def run_sweep(
         else PromptFactory(calibration, client.tokenize_raw, source=source)
     )
     runner = _CellRunner(client, settings, factory, writer, info, progress)
-    cells: list[CellResult] = []
+    cells: list[CellResult] = list(previous.cells) if previous else []
+    done = {(c.shape, c.concurrency, c.request_rate) for c in cells}
 
     def summary(finished: bool) -> SweepSummary:
         return SweepSummary(
@@ -360,6 +402,9 @@ async def run_sweep(
     )
     for shape in settings.shapes:
         for level, rate in points:
+            if (shape.name, level, rate) in done:
+                log.info("%s c=%d: done in the earlier run; skipped", shape.name, level)
+                continue
             before = await _server_reading(server_metrics)
             cell = await runner.run_cell(shape, level, rate)
             if server_metrics is not None:

@@ -196,3 +196,42 @@ def test_secrets_never_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) 
     assert secret not in caplog.text
     assert "plain" in caplog.text  # non-secret env and argv are logged
     assert redact_env(env) == {"HF_TOKEN": "***", "AWS_SECRET_ACCESS_KEY": "***", "MODE": "plain"}
+
+
+# A server that answers every GET with 200: healthy as soon as it listens.
+HEALTHY_SERVER = UNHEALTHY_SERVER.replace("send_response(503)", "send_response(200)")
+
+
+def test_health_answered_by_another_process_does_not_count(tmp_path: Path) -> None:
+    """A server already on the health URL (another engine, another user) is never taken for
+    the process just started: that one must own the listening socket."""
+    other_port = free_port()
+    with EngineServer(
+        "other", [sys.executable, "-c", HEALTHY_SERVER, str(other_port)],
+        log_path=tmp_path / "other.log", port=other_port,
+    ) as other:  # fmt: skip
+        other.wait_healthy(f"http://127.0.0.1:{other_port}/health", 30)
+        ours = EngineServer(
+            "ours", [sys.executable, "-c", "import time; time.sleep(60)"],
+            log_path=tmp_path / "ours.log", port=free_port(),
+        )  # fmt: skip
+        with ours, pytest.raises(EngineStartError, match="another process holding port"):
+            ours.wait_healthy(f"http://127.0.0.1:{other_port}/health", 2)
+
+
+def test_a_port_taken_by_someone_else_after_stop_is_not_a_leak(tmp_path: Path) -> None:
+    port = free_port()
+    server = EngineServer(
+        "ours", [sys.executable, "-c", HEALTHY_SERVER, str(port)],
+        log_path=tmp_path / "ours.log", port=port,
+    ).start()  # fmt: skip
+    server.wait_healthy(f"http://127.0.0.1:{port}/health", 30)
+    assert server.owns_port()
+    assert server.pgid is not None
+    os.killpg(server.pgid, 9)
+    deadline = time.monotonic() + 10
+    while port_in_use(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Another engine takes the port the moment it is free: stop() must not blame this one.
+    with socket.create_server(("127.0.0.1", port)):
+        assert server.stop(grace_s=1) == -9

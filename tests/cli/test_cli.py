@@ -76,7 +76,7 @@ def test_sweep_prints_a_table_per_shape(server: ReferenceServer, tmp_path: Path)
     )
     assert result.returncode == 0, result.stderr
     assert "in64-out8" in result.stdout and "in32-out16" in result.stdout
-    assert "4 measured / 0 failed / 0 infeasible" in " ".join(result.stdout.split())
+    assert "4 measured / 0 partial / 0 failed / 0 infeasible" in " ".join(result.stdout.split())
 
 
 @pytest.mark.parametrize(

@@ -98,3 +98,26 @@ def test_unknown_setting_and_bad_names():
         check_campaign(parse_campaign(GOOD.replace("g6.4xlarge", "m5.large")))
     with pytest.raises(SpecError, match="not valid TOML"):
         parse_campaign("name = ")
+
+
+def test_model_sources_keys_are_engine_names():
+    """An arm name as a key ('llama', not 'llamacpp') would silently fall back to default."""
+    spec = parse_campaign(
+        GOOD.replace('{ default = "org/model" }', '{ llama = "hf:o/m/x.gguf", default = "o/m" }')
+    )
+    with pytest.raises(SpecError) as info:
+        check_campaign(spec)
+    message = str(info.value)
+    assert message.startswith("model.sources: 'llama' is not an engine name")
+    assert "llamacpp" in message and "\n" not in message
+    fixed = GOOD.replace(
+        '{ default = "org/model" }', '{ llamacpp = "hf:o/m/x.gguf", default = "o/m" }'
+    )
+    assert check_campaign(parse_campaign(fixed)).model.source_for("llamacpp") == "hf:o/m/x.gguf"
+
+
+def test_arms_needing_a_gpu_are_named():
+    from engines.campaign import arms_needing_gpu
+
+    assert arms_needing_gpu(check_campaign(parse_campaign(GOOD))) == ["vllm"]
+    assert arms_needing_gpu(check_campaign(load_campaign(LOCAL_DEFAULT))) == []

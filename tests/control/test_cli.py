@@ -373,3 +373,42 @@ def test_a_bucket_that_is_not_the_stacks(stack: StackOutputs, tmp_path: Path):
     assert live_instances() == []
     fetched = run_bench("fetch", "c", str(tmp_path / "o"), "--bucket", "someone-elses-bucket")
     assert fetched.returncode == 2 and "is not stack" in _one_line(fetched.stderr)
+
+
+def test_status_after_cleanup_reads_the_uploads_and_shows_a_finished_shard_done(
+    stack: StackOutputs, tmp_path: Path
+):
+    from contract.jobs import HostInfo, Manifest
+    from contract.layout import results_prefix
+
+    spec = write_spec(tmp_path / "c9.toml", "c9", [("s0", "g6.xlarge"), ("s1", "g6.xlarge")])
+    assert run_bench("launch", str(spec)).returncode == 0
+    ec2 = boto3.client("ec2")
+    ec2.terminate_instances(InstanceIds=[i["InstanceId"] for i in live_instances("c9")])
+    s3 = boto3.client("s3")
+    manifest = Manifest(
+        agent_version="0",
+        git_sha=None,
+        campaign=parse_campaign(spec.read_text()),
+        shard="s0",
+        host=HostInfo(hostname="h", os="linux", python="3", cpu="x", cpus=4, memory_mib=1),
+        gpus=[],
+        started_unix_s=1.0,
+        finished_unix_s=2.0,
+        jobs=["llama-probe"],
+        jobs_ok=["llama-probe"],
+    )
+    for shard in ("s0", "s1"):
+        key = results_prefix("c9", shard) + "jobs/llama-probe/done"
+        s3.put_object(Bucket=stack.bucket, Key=key, Body=b"")
+    s3.put_object(
+        Bucket=stack.bucket,
+        Key=results_prefix("c9", "s0") + "manifest.json",
+        Body=manifest.model_dump_json().encode(),
+    )
+    # No status parameter: `bench cleanup` deleted them once no instance was left.
+    result = run_bench("status", "c9")
+    assert result.returncode == 0, result.stderr
+    rows = {line.split("│")[1].strip(): line for line in result.stdout.splitlines() if "│" in line}
+    assert "done" in rows["s0"] and "lost" not in rows["s0"], rows["s0"]
+    assert "lost" in rows["s1"] and "1 job(s) done in S3" in rows["s1"], rows["s1"]

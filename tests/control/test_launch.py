@@ -375,3 +375,26 @@ def test_the_launch_client_makes_one_attempt_and_the_others_retry():
 def test_attempt_lines_read_like_the_seeds_create_tool():
     ok = Attempt("s0", "spot", "subnet-1", "us-east-1a", "g6.xlarge", instance_id="i-1")
     assert ok.line() == "s0: subnet-1 (us-east-1a) spot: ✅ launched i-1 (g6.xlarge)"
+
+
+def test_client_token_is_derived_so_concurrent_launches_converge():
+    from control.launch import client_token
+
+    args = ("camp", "g6", "spot", "subnet-1")
+    token = client_token(*args, ())
+    # Two `bench launch` of one campaign at once see the same state: the same token.
+    assert token == client_token(*args, ())
+    assert len(token) <= 64 and token.isascii()
+    # Each attempt of a shard (market, subnet) and each shard has its own.
+    others = {
+        client_token("camp", "g6", "on-demand", "subnet-1", ()),
+        client_token("camp", "g6", "spot", "subnet-2", ()),
+        client_token("camp", "t4", "spot", "subnet-1", ()),
+        client_token("other", "g6", "spot", "subnet-1", ()),
+    }
+    assert token not in others and len(others) == 4
+    # After the shard's instance ended, a relaunch gets a new token (not the ended one back);
+    # the order instances are listed in does not matter.
+    ended = client_token(*args, ("i-1",))
+    assert ended != token
+    assert client_token(*args, ("i-2", "i-1")) == client_token(*args, ("i-1", "i-2"))

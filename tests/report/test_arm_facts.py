@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.runner import _arm_facts
+from agent.provenance import arm_facts
 from contract.jobs import ArmFacts
 from report.arms import drafted_tokens, engine_name, is_drafter
 from report.load import ArmResults
@@ -22,10 +22,10 @@ from report.load import ArmResults
 def test_the_runner_records_each_arm_as_its_recipe_reads_it(
     arm: str, engine: str, display_name: str, drafter: bool, tokens: int | None
 ):
-    assert _arm_facts(arm) == ArmFacts(
+    assert arm_facts(arm) == ArmFacts(
         arm=arm, engine=engine, display_name=display_name, drafter=drafter, draft_tokens=tokens
     )
-    assert _arm_facts("nonesuch-d2") is None  # no recipe: its jobs fail, saying why
+    assert arm_facts("nonesuch-d2") is None  # no recipe: its jobs fail, saying why
 
 
 def _arm(name: str, facts: ArmFacts | None) -> ArmResults:

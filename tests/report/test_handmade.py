@@ -162,9 +162,9 @@ def test_the_sweep_tables_show_every_cell_with_its_status(handmade_report: Writt
         assert cell(t, "64", "vllm") == "infeasible: context length 16384 < 64 x 640 tokens"
     else:
         assert cell(t, "64", "sglang") == "failed: ReadError: server closed the connection"
-    assert "vllm: 5 measured / 0 failed / 1 infeasible" in t.caption
-    assert "sglang: 5 measured / 1 failed / 0 infeasible" in t.caption
-    assert "llama-d2: 6 measured / 0 failed / 0 infeasible" in t.caption
+    assert "vllm: 5 measured / 0 partial / 0 failed / 1 infeasible" in t.caption
+    assert "sglang: 5 measured / 0 partial / 1 failed / 0 infeasible" in t.caption
+    assert "llama-d2: 6 measured / 0 partial / 0 failed / 0 infeasible" in t.caption
     assert "mistralrs: not run" in t.caption
     assert "(n=3)" in t.caption
 

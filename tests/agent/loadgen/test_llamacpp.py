@@ -56,7 +56,7 @@ def test_sweep_on_llamacpp_has_exact_input_lengths(llama_server_url: str, tmp_pa
             return await run_sweep(c, settings, ResultWriter(tmp_path))
 
     summary = asyncio.run(go())
-    assert summary.counts == {"measured": 2, "failed": 0, "infeasible": 0}
+    assert summary.counts == {"measured": 2, "partial": 0, "failed": 0, "infeasible": 0}
     assert summary.calibration and summary.calibration.tokenize_endpoint == "/tokenize"
     for line in (tmp_path / "requests.jsonl").read_text().splitlines():
         r = RequestRecord.model_validate_json(line)

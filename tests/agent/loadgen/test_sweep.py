@@ -56,7 +56,7 @@ def test_sweep_measures_every_cell_with_exact_lengths_and_writes_all_files(
     fast_server: ReferenceServer, tmp_path: Path
 ):
     summary = sweep(fast_server.url, tmp_path, SMALL)
-    assert summary.counts == {"measured": 4, "failed": 0, "infeasible": 0}
+    assert summary.counts == {"measured": 4, "partial": 0, "failed": 0, "infeasible": 0}
     records = read_records(tmp_path)
     assert len(records) == count_requests(SMALL)
     measured = [r for r in records if r.phase == "measured"]
@@ -156,7 +156,11 @@ def test_failed_requests_are_recorded_and_the_sweep_goes_on(
         settings,
         prompt_factory=lambda cal: FaultyPrompts(cal, None, fault, every=3),
     )
-    assert summary.counts["measured"] == 2
+    # Every cell lost requests: each is partial (its figure kept, with the loss), none ok.
+    assert summary.counts["measured"] == 0 and summary.counts["partial"] == 2
+    assert all(
+        c.status == "partial" and "request(s) failed" in (c.reason or "") for c in summary.cells
+    )
     failed = [r for r in read_records(tmp_path) if not r.ok]
     assert failed, "some requests carried the fault"
     assert all(r.error and expected in r.error for r in failed), {r.error for r in failed}
@@ -198,7 +202,7 @@ def test_every_request_failing_makes_a_failed_cell_with_the_reason(
     )
     cell = summary.cells[0]
     assert cell.status == "failed" and cell.reason and cell.reason.startswith("HTTP 500")
-    assert summary.counts == {"measured": 0, "failed": 1, "infeasible": 0}
+    assert summary.counts == {"measured": 0, "partial": 0, "failed": 1, "infeasible": 0}
 
 
 def test_cells_beyond_the_context_are_infeasible_with_why(
