@@ -21,6 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rich.console import Console, Group
 from rich.table import Table
 
+from contract.errors import BenchError
 from control.aws import AwsClients
 from control.cleanup import CleanupPlan, apply_cleanup, plan_cleanup
 from control.errors import ControlError
@@ -55,7 +56,7 @@ def run_control(args: argparse.Namespace) -> int:
             "cleanup": _cleanup,
         }[args.command]
         return handler(args, clients, console)
-    except (ControlError, ValueError) as exc:
+    except BenchError as exc:  # ControlError, SpecError, ...: anything else is a bug
         return _fail(args.command, str(exc))
     except ClientError as exc:
         error = exc.response.get("Error", {})

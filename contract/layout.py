@@ -4,7 +4,7 @@
 look things up with them, and the agent on the instance writes under them. Stdlib only: the
 CDK app imports this module, and so does the agent, which has no CDK.
 
-Layout (shared/DESIGN.md):
+Layout (docs/DESIGN.md, "Results layout"):
 
     s3://<bucket>/campaigns/<campaign>/spec.toml    campaign spec, written by the launcher
     s3://<bucket>/results/<campaign>/<shard>/...    one shard's results, written by the agent:

@@ -6,7 +6,7 @@ window metrics are pure functions of a set of records and the window they were m
 their names from here. A metric that is undefined for a record (TPOT of a one-token reply,
 TTFT of a request that never streamed) is `None`, never 0.
 
-Definitions (shared/DESIGN.md, "Metric definitions"):
+Definitions (docs/DESIGN.md, "Metric definitions"):
 - TTFT: send -> first event carrying content or reasoning content; TTFC: send -> first event
   of any kind (a role-only opening chunk counts here, not in TTFT).
 - latency: send -> last content/reasoning event (a trailing usage-only chunk or [DONE] does

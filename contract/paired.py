@@ -74,7 +74,7 @@ def load_run(job_dir: Path, label: str | None = None) -> EvalRun:
     if not answers_path.is_file():
         raise DataError(f"{job_dir} has no {ANSWERS_FILE}")
     marks: dict[str, dict[str, bool]] = {}
-    names: set[str] = set()
+    names: set[EvalName] = set()
     for number, line in enumerate(answers_path.read_bytes().splitlines(), start=1):
         if not line.strip():
             continue
@@ -91,9 +91,7 @@ def load_run(job_dir: Path, label: str | None = None) -> EvalRun:
     if summary is not None:
         eval_name, headline = summary.eval, summary.headline
     elif len(names) == 1:
-        # Ignored below: names holds the eval names read from the answers, which are EvalName
-        # values.
-        eval_name = names.pop()  # type: ignore[assignment]
+        eval_name = names.pop()
         headline = "flexible-extract" if eval_name == "gsm8k" else "ast"
     else:
         raise DataError(f"{job_dir}: cannot tell which eval its answers belong to")

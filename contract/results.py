@@ -35,7 +35,7 @@ __all__ = [
     "WindowStats",
 ]
 
-# Files of one job folder (results/<campaign>/jobs/<job>/), as shared/DESIGN.md lays them out.
+# Files of one job folder (results/<campaign>/jobs/<job>/), as docs/DESIGN.md lays them out.
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
 VLLM_EXPORT_FILE = "vllm_bench_serve.jsonl"

@@ -2,7 +2,7 @@
 
 One JSON document per shard, in the String parameter `/bench/<campaign>/<shard>`
 (`contract.layout.status_parameter_name`), replaced at every phase change and at least once
-a minute as a heartbeat (shared/DESIGN.md, "Status"). A Standard-tier parameter holds at most
+a minute as a heartbeat (docs/DESIGN.md, "Status record"). A Standard-tier parameter holds at most
 4 KB, so `to_parameter_value` truncates the free-text fields until the document fits: the
 status must always publish, and a long error message is the one thing that can grow.
 

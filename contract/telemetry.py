@@ -1,7 +1,7 @@
 """Telemetry records: the columns of `telemetry.csv`, the per-job telemetry summary, and the
 sampler's own cost, as the agent writes them and reports read them.
 
-`telemetry.csv` (one per shard, shared/DESIGN.md "Results") is one wide table: a row is
+`telemetry.csv` (one per shard, docs/DESIGN.md "Results layout") is one wide table: a row is
 either one GPU read at one instant (`source` = "gpu", NVML, every 100 ms per GPU) or one
 host read (`source` = "host", psutil, every second). Columns of the other source are empty,
 and so is any value NVML or psutil could not give. Every row carries the job running when

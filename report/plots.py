@@ -16,8 +16,15 @@ from itertools import cycle
 from pathlib import Path
 from typing import Literal, TypedDict
 
-from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+from report.load import ResultsError
+
+try:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+except ImportError as exc:  # the `plots` extra is not installed
+    raise ResultsError(
+        "bench report draws its plots with matplotlib: pip install 'llm-serving-bench[plots]'"
+    ) from exc
 
 from contract.telemetry_samples import GpuSample, HostSample, read_telemetry_csv
 from report.load import ShardResults

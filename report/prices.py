@@ -248,9 +248,12 @@ class AwsPrices:
     def _client(self, service: str, region: str) -> Any:
         from botocore.config import Config
 
-        # A report must not hang on a dead network: short timeouts, two tries.
+        # A report must not hang on a dead network: short timeouts, two tries in all
+        # (botocore's `max_attempts` counts retries after the first; `total_max_attempts` all).
         config = Config(
-            connect_timeout=5, read_timeout=20, retries={"max_attempts": 2, "mode": "standard"}
+            connect_timeout=5,
+            read_timeout=20,
+            retries={"total_max_attempts": 2, "mode": "standard"},
         )
         return self.session.client(service, region_name=region, config=config)
 

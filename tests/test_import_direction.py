@@ -1,4 +1,4 @@
-"""The rooms keep their doors: who may import whom (shared/DESIGN.md, "Parts and their rooms").
+"""The rooms keep their doors: who may import whom (docs/DESIGN.md, "Rooms").
 
 The tree reads declare (infra/) -> launch (control/) -> run (agent/, engines/) -> report
 (report/), each on contract/: contract <- engines <- agent <- report; contract <- infra;

@@ -1,7 +1,7 @@
 """The end of an instance: power off (which the launch template turns into termination), and a
 max-runtime watchdog that does it whatever happens.
 
-Nothing may stay running (shared/DESIGN.md, "Rules"). The launch templates set "shutdown
+Nothing may stay running (docs/DESIGN.md, "Rules"). The launch templates set "shutdown
 behaviour: terminate", so an operating-system power-off ends the instance and its billing;
 the user data also schedules a backstop power-off at boot. Here:
 

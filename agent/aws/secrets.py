@@ -3,7 +3,7 @@
 The stack creates the secret empty; the user stores the token with `put-secret-value`
 (README). Its id (an ARN) reaches the agent as `BENCH_HF_SECRET_ID` in the environment the
 user data writes; the token itself never passes through user data, argv, logs, the status,
-the manifest or the tarball (shared/DESIGN.md, "Rules").
+the manifest or the tarball (docs/DESIGN.md, "Rules").
 
 Here:
 - `read_hf_token` fetches it, with a clear error naming the secret (never its value) when the

@@ -3,9 +3,9 @@ operation before the product fused into its loads, as torch custom ops, each wit
 plain-torch form it replaces (which every other batch size and the CPU runs).
 
 Why: at batch 1 every projection of Gemma 4 E2B is a matrix-vector product (0.8 to 75 MB
-of weights). cuBLAS runs them as GEMM tiles at about half the copy bandwidth on the
-smaller ones (`benchmarks/gemv_h200.py`: 2.00 ms for one step's projections on an H200,
-against 1.60 ms for this kernel and a 1.10 ms roofline). And most are preceded by a small
+of weights). cuBLAS runs them as GEMM tiles well below the copy bandwidth on the smaller
+ones (`benchmarks/gemv_h200.py` measures both against the roofline; its figures are in
+`benchmarks/records/`). And most are preceded by a small
 kernel whose only consumer they are: the RMSNorm before q/k/v, gate/up and the LM head,
 the GELU gate before down and the per-layer projection, the residual step before the
 per-layer gate. Those take a few microseconds each.
@@ -21,10 +21,10 @@ once and coalesced in `BLOCK_K` chunks, with x rebuilt on the fly from its input
   the weights start, one rounding of the normed row fewer;
 - `gelu_mul_linear`: gelu_tanh(a) * b;
 - `residual_linear`: x + RMSNorm(branch) * w [* scalar], optionally normed again, with
-  the new residual row written out by the first program. Measured on an H200, this pays
-  for a narrow projection (the per-layer gate: 4.9 vs 11.4 us) but not before a wide one
-  (gate/up: every program rebuilds the row before it streams weights), so the decode
-  program uses it only there.
+  the new residual row written out by the first program. It pays for a narrow projection
+  (the per-layer gate) but not before a wide one (gate/up: every program rebuilds the row
+  before it streams weights), so the decode program uses it only there (measured:
+  `benchmarks/records/`).
 A GELU gate can also end the product that makes it instead of starting the one that
 reads it (`epilogue`), so that product's programs recompute nothing per chunk:
 - `gated_norm_linear`: gelu_tanh(gate) * up of a merged gate/up projection, each program
@@ -33,9 +33,8 @@ reads it (`epilogue`), so that product's programs recompute nothing per chunk:
   times the per-layer input), so the per-layer projection does too.
 Intermediates are rounded to the activation dtype where the unfused form rounds them
 (but for the normed row under `post_scale`), so results stay within float32 summation-order
-differences of it, or a couple of output ulps of it for a gated product. On an H200 the
-epilogue forms took the step's projections from 1.86 to 1.66 ms (2.54 to 2.41 ms a step,
-`benchmarks/records/2026-11-29-h200-pytorch-epilogues.md`). The configurations are
+differences of it, or a couple of output ulps of it for a gated product. What the epilogue
+forms save is in `benchmarks/records/2026-11-29-h200-pytorch-epilogues.md`. The configurations are
 tried per (N, K) by Triton's autotuner the first time a shape runs on a machine; the
 timings are kept in Triton's disk cache, so later processes there reuse the choice.
 

@@ -3,8 +3,9 @@ on the model's own weights, for the architectures where transformers' module tre
 limit of the CUDA fast path.
 
 Why: with CUDA graphs and fused norms the Gemma 4 E2B step through transformers' modules
-still runs about 1,300 kernels (5.0 ms at batch 1 on an H200, 22% of the weight-streaming
-roofline): 7 skinny projections and ~30 small elementwise kernels per layer. A program
+still runs about 1,300 kernels, far from the weight-streaming roofline (measured:
+`benchmarks/records/`): 7 skinny projections and ~30 small elementwise kernels per layer.
+A program
 cuts that in two ways:
 - merged projections: q/k/v become one matrix-vector product, gate/up another (the
   modules' weights become views of the merged matrices, so prefill, which still runs
@@ -115,8 +116,8 @@ def gemma4_layer(
     `fused_gemv`: batch-1 projections through `kernels`, with what precedes them fused
     in: the input norms of q/k/v and gate/up, the GELU gates of down and the per-layer
     projection, and the feed-forward residual step of the per-layer gate. (Fusing the
-    other residual steps too was measured slower on an H200: every program of a wide
-    projection then rebuilds the residual row before it streams weights.)
+    other residual steps too is slower: every program of a wide projection then rebuilds
+    the residual row before it streams weights.)
     `gemv_epilogues`: the norms scale the products after them and the GELU gates end the
     projections that make them (gate/up, the per-layer gate) instead of starting the
     ones that read them, so no projection does a pass over its input before its weights
@@ -325,8 +326,8 @@ class Gemma4DecodeProgram:
         # larger batches keep cuBLAS (the kernels fall back by themselves).
         self.fused_gemv = options.triton_gemv
         self.gemv_epilogues = options.triton_gemv and options.gemv_epilogues
-        # The reduction form of attention only makes sense compiled (see `_attend`); on
-        # an H200 it matched the products at batch 1 and was 4x slower at batch 64.
+        # The reduction form of attention only makes sense compiled (see `_attend`), and
+        # even then it loses to the products at large batches (benchmarks/records/).
         self.attention_form = options.attention_form
         if options.attention_form == "reduction" and not compile_layers:
             self.attention_form = "matmul"

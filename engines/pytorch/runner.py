@@ -25,8 +25,8 @@ The CUDA fast path (`batched_decode`, `cuda_graphs`, `packed_prefill`; see `grap
   slots 0 ... n - 1 (`kv_cache.DecodeLayout`), inputs in static buffers padded to a
   batch-size bucket, so the step has fixed shapes and addresses;
 - CUDA graphs: that step captured once per (batch bucket, KV bucket) and replayed, so a
-  step costs one launch instead of thousands (the eager step was host-bound: ~70 ms of
-  Python and launches for ~7 ms of GPU work on Gemma 4 E2B);
+  step costs one launch instead of thousands (the eager step is host-bound: Python and
+  launches cost several times its GPU work; figures in `benchmarks/records/`);
 - packed prefill: several prompts' chunks in one forward (`kv_cache.PackedLayout`), so
   64 arriving requests cost a few forwards instead of 64;
 - fused norms: each RMSNorm one kernel instead of about nine (`fused`);
@@ -220,11 +220,10 @@ class ModelRunner:
             self.program = program_for(self.model, self.cache, loaded.max_model_len, options)
         if compile_mode is not None and self.program is None and compile_without_program:
             # No decode program: the whole transformers step, static shapes, one
-            # compilation per (batch bucket, KV bucket). On an H200 (Gemma 4 E2B, batch
-            # 1) about a minute each, and dynamic=True did not finish within 280 s: the
-            # program's per-layer compilation is what makes compiling servable, so the
-            # server's automatic compile skips models without one
-            # (`compile_without_program`).
+            # compilation per (batch bucket, KV bucket): minutes each for Gemma 4 E2B,
+            # and dynamic=True does not finish in a servable time. The program's
+            # per-layer compilation is what makes compiling servable, so the server's
+            # automatic compile skips models without one (`compile_without_program`).
             self._step_fn = torch.compile(self._static_step, mode=compile_mode, dynamic=False)
         if cuda_graphs and not (batched_decode and self.device.type == "cuda"):
             raise ValueError("CUDA graphs need batched decode on a CUDA device")

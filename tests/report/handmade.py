@@ -322,7 +322,7 @@ class _Shard:
                 writer.writerow(sample.to_row())
         for record in self.records:
             summary = summarize(record.job_id, samples, record.output_tokens)
-            final = record.model_copy(update={"telemetry": summary.to_dict()})
+            final = record.model_copy(update={"telemetry": summary})
             (self.job_dir(record.job_id) / "job.json").write_text(final.model_dump_json(indent=2))
             if final.status == "ok":
                 (self.job_dir(record.job_id) / "done").touch()
