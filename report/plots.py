@@ -20,6 +20,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from agent.telemetry.samples import GpuSample, HostSample, read_telemetry_csv
 from report.load import ShardResults
+from report.pareto import pareto_plots
 from report.rows import Report, SweepGrid
 
 __all__ = ["Plot", "draw_all"]
@@ -343,6 +344,7 @@ def draw_all(report: Report, out: Path) -> list[Plot]:
         plot = telemetry_plot(shard, out, several=len(shards) > 1)
         if plot:
             plots.append(plot)
+    plots += [Plot(*drawn) for drawn in pareto_plots(report, out)]
     extra = eval_time_plot(report, out)
     if extra:
         plots.append(extra)
