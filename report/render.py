@@ -51,6 +51,7 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             [],
             [],
         ),
+        Section("Compare and contrast", [], [], _pick(tables, "summary"), []),
         Section(
             "What to run where",
             [],
