@@ -102,15 +102,18 @@ def _accuracy_verdict(report: Report, item: str, labels: set[str]) -> str:
             verdicts.append("baseline")
         elif r.comparison is not None:
             c = r.comparison
-            behind = len(c.flipped_to_wrong) - len(c.flipped_to_correct)
-            verdicts.append("level" if c.verdict == "level" else f"{behind} behind")
+            net = len(c.flipped_to_wrong) - len(c.flipped_to_correct)
+            if c.verdict == "level":
+                verdicts.append("level")
+            else:
+                verdicts.append(f"{net} behind" if net > 0 else f"{-net} ahead")
         else:
             verdicts.append(r.status if r.score is None else "not compared")
     if all(v in ("level", "baseline") for v in verdicts):
         return "🟢 yes" + (" (baseline)" if "baseline" in verdicts else "")
-    behind = [v for v in verdicts if v.endswith("behind")]
-    if behind:
-        return "❌ " + ", ".join(behind)
+    lost = [v for v in verdicts if v.endswith("behind")]
+    if lost:
+        return "❌ " + ", ".join(lost)
     return "⚠️ " + ", ".join(sorted(set(verdicts) - {"level", "baseline"}))
 
 
