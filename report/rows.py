@@ -116,6 +116,9 @@ class DrafterRow:
     tokens: str | None  # "4 tokens", "1 token", "its own"
     gain: float | None
     differs: bool | None
+    acceptance_rate: float | None = None  # the best drafter arm's, where recorded
+    mean_accepted_length: float | None = None
+    acceptance_recorded: bool = False
 
 
 @dataclass(frozen=True)
