@@ -215,11 +215,14 @@ def telemetry_plot(shard: ShardResults, out: Path, *, several: bool) -> Plot | N
         return None
     gpu: dict[int, list[GpuSample]] = {}
     host: list[HostSample] = []
-    for sample in read_telemetry_csv(path):
-        if isinstance(sample, GpuSample):
-            gpu.setdefault(sample.gpu_index, []).append(sample)
-        else:
-            host.append(sample)
+    try:
+        for sample in read_telemetry_csv(path):
+            if isinstance(sample, GpuSample):
+                gpu.setdefault(sample.gpu_index, []).append(sample)
+            else:
+                host.append(sample)
+    except ValueError:
+        return None  # a telemetry.csv of another layout: no plot rather than no report
     start = shard.manifest.started_unix_s
     fig = _figure(height=5.2)
     top, bottom = fig.subplots(2, 1, sharex=True)

@@ -72,7 +72,7 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             "Per-user speed and the SLO",
             [],
             [],
-            _pick(tables, "slo") + _pick(tables, "user"),
+            _pick(tables, "slo") + _pick(tables, "user") + _pick(tables, "server"),
             _plots(plots, "pareto"),
         ),
         Section("Best per level", [], [], _pick(tables, "best"), []),

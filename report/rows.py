@@ -40,6 +40,7 @@ __all__ = [
     "SweepCell",
     "SweepGrid",
     "UseCase",
+    "WaitRow",
     "beyond_spread",
     "usd_per_million",
 ]
@@ -372,6 +373,16 @@ class UseCase:
     why: str
 
 
+@dataclass(frozen=True)
+class WaitRow:
+    label: str
+    shape: str
+    first_waiting_level: int | None  # None: no window saw a request wait
+    peak_waiting: float | None
+    peak_kv_pct: float | None
+    levels_seen: int  # cells with server samples inside their windows
+
+
 @dataclass
 class Report:
     campaign: str
@@ -401,5 +412,6 @@ class Report:
     cross: list[CrossRow] = field(default_factory=list)
     site_best: list[SiteBest] = field(default_factory=list)
     use_cases: list[UseCase] = field(default_factory=list)
+    waits: list[WaitRow] = field(default_factory=list)
 
 
