@@ -73,7 +73,7 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             [],
             [],
             _pick(tables, "slo") + _pick(tables, "user") + _pick(tables, "server"),
-            _plots(plots, "pareto"),
+            _plots(plots, "pareto") + _plots(plots, "server"),
         ),
         Section("Best per level", [], [], _pick(tables, "best"), []),
         Section(

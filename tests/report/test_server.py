@@ -55,6 +55,9 @@ def test_the_level_where_requests_start_waiting(handmade: Handmade, tmp_path: Pa
         assert r["peak KV %"] == "98.0"
     # The rest of the report stands even though the telemetry layout is not the agent's.
     assert table(written, "sweep-in512-out128").rows
+    view = next(p for p in written.plots if p.key == "server-t4spot")
+    assert view.path.read_bytes().startswith(b"\x89PNG") and view.path.stat().st_size > 10_000
+    assert f"]({view.path.name})" in written.markdown.read_text()
 
 
 def test_no_server_rows_no_server_table(handmade_report: Written):
