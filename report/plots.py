@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import cycle
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
@@ -44,7 +45,8 @@ class Plot:
     caption: str
 
 
-def _styles(labels: Sequence[str]) -> dict[str, dict[str, object]]:
+def _styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    # Any: matplotlib types each style keyword apart (a Literal for the line style).
     colours, markers, dashes = cycle(_COLOURS), cycle(_MARKERS), cycle(_DASHES)
     return {
         label: {"color": next(colours), "marker": next(markers), "linestyle": next(dashes)}
@@ -91,7 +93,7 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
                 style = styles[label]
                 ax.errorbar(
                     [c.concurrency for c in ok],
-                    [c.tok_s for c in ok],
+                    [c.tok_s or 0.0 for c in ok],
                     yerr=[
                         [(c.tok_s or 0) - (c.spread.low if c.spread else c.tok_s or 0) for c in ok],
                         [
@@ -369,14 +371,14 @@ def eval_time_plot(report: Report, out: Path) -> Plot | None:
     width = 0.38
     ax.bar(
         [x - width / 2 for x in xs],
-        [r.plain_s for r in rows],
+        [r.plain_s or 0.0 for r in rows],
         width,
         label="no drafter",
         color=_COLOURS[0],
     )
     ax.bar(
         [x + width / 2 for x in xs],
-        [r.drafted_s for r in rows],
+        [r.drafted_s or 0.0 for r in rows],
         width,
         label="with drafter",
         color=_COLOURS[1],
