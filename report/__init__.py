@@ -16,8 +16,15 @@ the metric functions, the telemetry fold), so a number is never defined twice.
   accuracy and eval times; instance cost and $/M tokens; scope and caveats).
 - `build`: `build_report`, which calls them; arithmetic only, every number traced to a
   summary.
-- `tables`, `plots`, `render`: text tables, PNG plots, report.md and a self-contained
-  report.html.
+- `slo`, `sites`, `summary`, `acceptance`, `pareto`: the SLO and each engine's highest
+  level meeting it; cross-GPU rows and what to run where; the seeds' compare-and-contrast
+  summary; a drafter's acceptance where recorded; the Pareto views.
+- `folders`: several results folders (or a standalone sweep/probe folder) read as one.
+- `tables`, `user_tables`, `site_tables`, `plots`, `render`: text tables, PNG plots,
+  report.md and a self-contained report.html; `console`: the same tables on a terminal
+  (`bench report`, `bench run`, `bench probe`, `bench sweep`, `bench diff`).
+- `cells_csv`: cells.csv, one row per sweep cell and repeat, every metric.
+- `diff`: `bench diff OLD NEW`, every shared cell and the regression gate.
 - `write`: the entry point `write_report`.
 """
 

@@ -17,6 +17,7 @@ from report.one_request import drafter_rows, probe_rows
 from report.prices import PriceBook
 from report.rows import Report, Slo
 from report.scope import not_measured, scope_lines
+from report.server import wait_rows
 from report.sites import cross_rows, site_rows, sites, use_cases
 from report.slo import resolve_slo, slo_rows
 from report.sweep import best_rows, sweep_grids
@@ -90,4 +91,5 @@ def build_report(
         cross=cross_rows(arms, probe, grids),
         site_best=best_sites,
         use_cases=use_cases(best_sites) if len(sites(arms)) > 1 else [],
+        waits=wait_rows(campaign, [g.shape for g in grids]),
     )

@@ -150,7 +150,14 @@ def energy_rows(
     sampled = False
     for shard in campaign.shards:
         sweeps = {a.jobs["sweep"].job_id: a for a in shard.arms if a.sweep and "sweep" in a.jobs}
-        series = read_gpu_series(shard.telemetry_path, sweeps) if shard.telemetry_path else {}
+        series: dict[str, GpuSeries] = {}
+        if shard.telemetry_path:
+            try:
+                series = read_gpu_series(shard.telemetry_path, sweeps)
+            except ValueError:
+                # A telemetry.csv of another layout: its GPU energy is not read (the
+                # caveats say energy was not measured), the rest of the report stands.
+                series = {}
         for arm in shard.arms:
             for item in (i for i in ITEMS if i in arm.jobs):
                 telemetry = arm.telemetry(item)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from contract import metrics
 from contract.results import RequestRecord
+from report.acceptance import acceptance_of
 from report.arms import drafted_tokens, engine_groups, engine_name, is_drafter
 from report.load import ArmResults, requests_path
 from report.rows import DrafterRow, ProbeRow, Spread, beyond_spread
@@ -126,6 +127,8 @@ def drafter_rows(arms: Sequence[ArmResults], probe: Sequence[ProbeRow]) -> list[
             if best_row and plain_row and best_row.e2e_tok_s and plain_row.e2e_tok_s
             else None
         )
+        shown = best or (drafted[0] if drafted else None)
+        accepted = acceptance_of(shown) if shown else None
         rows.append(
             DrafterRow(
                 engine=engine,
@@ -141,6 +144,9 @@ def drafter_rows(arms: Sequence[ArmResults], probe: Sequence[ProbeRow]) -> list[
                     best_row.relative_spread if best_row else None,
                     plain_row.relative_spread if plain_row else None,
                 ),
+                acceptance_rate=accepted.rate if accepted else None,
+                mean_accepted_length=accepted.mean_accepted_length if accepted else None,
+                acceptance_recorded=accepted is not None,
             )
         )
     return rows

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import cycle
 from pathlib import Path
-from typing import Literal, TypedDict
+from typing import Any, Literal
 
 from report.load import ResultsError
 
@@ -28,7 +28,9 @@ except ImportError as exc:  # the `plots` extra is not installed
 
 from contract.telemetry_samples import GpuSample, HostSample, read_telemetry_csv
 from report.load import ShardResults
+from report.pareto import pareto_plots
 from report.rows import Report, SweepGrid
+from report.server import read_server_samples
 
 __all__ = ["Plot", "draw_all"]
 
@@ -50,13 +52,8 @@ class Plot:
     caption: str
 
 
-class _Style(TypedDict):
-    color: str
-    marker: str
-    linestyle: Literal["-", "--", "-.", ":"]
-
-
-def _styles(labels: Sequence[str]) -> dict[str, _Style]:
+def _styles(labels: Sequence[str]) -> dict[str, dict[str, Any]]:
+    # Any: matplotlib types each style keyword apart (a Literal for the line style).
     colours, markers, dashes = cycle(_COLOURS), cycle(_MARKERS), cycle(_DASHES)
     return {
         label: {"color": next(colours), "marker": next(markers), "linestyle": next(dashes)}
@@ -103,7 +100,7 @@ def throughput_plot(report: Report, out: Path) -> list[Plot]:
                 style = styles[label]
                 ax.errorbar(
                     [c.concurrency for c in ok],
-                    [c.tok_s for c in ok if c.tok_s is not None],
+                    [c.tok_s or 0.0 for c in ok],
                     yerr=[
                         [(c.tok_s or 0) - (c.spread.low if c.spread else c.tok_s or 0) for c in ok],
                         [
@@ -228,11 +225,14 @@ def telemetry_plot(shard: ShardResults, out: Path, *, several: bool) -> Plot | N
         return None
     gpu: dict[int, list[GpuSample]] = {}
     host: list[HostSample] = []
-    for sample in read_telemetry_csv(path):
-        if isinstance(sample, GpuSample):
-            gpu.setdefault(sample.gpu_index, []).append(sample)
-        else:
-            host.append(sample)
+    try:
+        for sample in read_telemetry_csv(path):
+            if isinstance(sample, GpuSample):
+                gpu.setdefault(sample.gpu_index, []).append(sample)
+            else:
+                host.append(sample)
+    except ValueError:
+        return None  # a telemetry.csv of another layout: no plot rather than no report
     start = shard.manifest.started_unix_s
     fig = _figure(height=5.2)
     top, bottom = fig.subplots(2, 1, sharex=True)
@@ -311,6 +311,63 @@ def telemetry_plot(shard: ShardResults, out: Path, *, several: bool) -> Plot | N
     )
 
 
+def server_plot(shard: ShardResults, out: Path, *, several: bool) -> Plot | None:
+    """The engine's own view where it was recorded: requests waiting and running in its
+    queue (top) and KV-cache use (bottom) over the run, each job shaded and named."""
+    path = shard.telemetry_path
+    samples = read_server_samples(path) if path else []
+    if not samples:
+        return None
+    start = shard.manifest.started_unix_s
+    fig = _figure(height=5.2)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    xs = [_minutes(s.time_unix_s, start) for s in samples]
+    for values, name, colour in (
+        ([s.waiting for s in samples], "waiting", _COLOURS[1]),
+        ([s.running for s in samples], "running", _COLOURS[0]),
+    ):
+        points = [(x, v) for x, v in zip(xs, values, strict=True) if v is not None]
+        if points:
+            top.plot(*zip(*points, strict=True), color=colour, linewidth=1.2, label=name)
+    kv = [(x, s.kv_pct) for x, s in zip(xs, samples, strict=True) if s.kv_pct is not None]
+    if kv:
+        bottom.plot(*zip(*kv, strict=True), color=_COLOURS[2], linewidth=1.2)
+    jobs = sorted((r for a in shard.arms for r in a.jobs.values()), key=lambda r: r.started_unix_s)
+    for i, record in enumerate(jobs):
+        x0 = _minutes(record.started_unix_s, start)
+        x1 = _minutes(record.finished_unix_s, start)
+        for ax in (top, bottom):
+            ax.axvspan(x0, x1, color="#999999" if i % 2 else "#cccccc", alpha=0.35, lw=0)
+        top.annotate(
+            record.job_id,
+            xy=((x0 + x1) / 2, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            fontsize=7,
+            ha="center",
+            va="top",
+        )
+    top.set_ylabel("requests in the server")
+    bottom.set_ylabel("KV-cache use, %")
+    bottom.set_xlabel("minutes since the shard started")
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        ax.set_ylim(bottom=0)
+    top.set_ylim(0, top.get_ylim()[1] * 1.6)
+    top.legend(fontsize=8, loc="upper left")
+    title = "Server queue and KV-cache use over the run"
+    top.set_title(title + (f", shard {shard.name}" if several else ""))
+    file = out / (f"server-{shard.name}.png" if several else "server.png")
+    _save(fig, file)
+    return Plot(
+        key=f"server-{shard.name}",
+        title=f"Server view, shard {shard.name}",
+        path=file,
+        caption="The engine's own metrics, polled during each job: requests waiting in its "
+        "queue and running (top), KV-cache use (bottom); shaded: each job, named.",
+    )
+
+
 def eval_time_plot(report: Report, out: Path) -> Plot | None:
     rows = [r for r in report.eval_times if r.drafted_s is not None and r.plain_s is not None]
     if not rows:
@@ -321,14 +378,14 @@ def eval_time_plot(report: Report, out: Path) -> Plot | None:
     width = 0.38
     ax.bar(
         [x - width / 2 for x in xs],
-        [r.plain_s for r in rows if r.plain_s is not None],
+        [r.plain_s or 0.0 for r in rows],
         width,
         label="no drafter",
         color=_COLOURS[0],
     )
     ax.bar(
         [x + width / 2 for x in xs],
-        [r.drafted_s for r in rows if r.drafted_s is not None],
+        [r.drafted_s or 0.0 for r in rows],
         width,
         label="with drafter",
         color=_COLOURS[1],
@@ -357,6 +414,10 @@ def draw_all(report: Report, out: Path) -> list[Plot]:
         plot = telemetry_plot(shard, out, several=len(shards) > 1)
         if plot:
             plots.append(plot)
+        view = server_plot(shard, out, several=len(shards) > 1)
+        if view:
+            plots.append(view)
+    plots += [Plot(*drawn) for drawn in pareto_plots(report, out)]
     extra = eval_time_plot(report, out)
     if extra:
         plots.append(extra)

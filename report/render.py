@@ -51,6 +51,7 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             [],
             [],
         ),
+        Section("Compare and contrast", [], [], _pick(tables, "summary"), []),
         Section(
             "What to run where",
             [],
@@ -71,8 +72,8 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             "Per-user speed and the SLO",
             [],
             [],
-            _pick(tables, "slo") + _pick(tables, "user"),
-            _plots(plots, "pareto"),
+            _pick(tables, "slo") + _pick(tables, "user") + _pick(tables, "server"),
+            _plots(plots, "pareto") + _plots(plots, "server"),
         ),
         Section("Best per level", [], [], _pick(tables, "best"), []),
         Section(

@@ -40,6 +40,7 @@ __all__ = [
     "SweepCell",
     "SweepGrid",
     "UseCase",
+    "WaitRow",
     "beyond_spread",
     "usd_per_million",
 ]
@@ -116,6 +117,9 @@ class DrafterRow:
     tokens: str | None  # "4 tokens", "1 token", "its own"
     gain: float | None
     differs: bool | None
+    acceptance_rate: float | None = None  # the best drafter arm's, where recorded
+    mean_accepted_length: float | None = None
+    acceptance_recorded: bool = False
 
 
 @dataclass(frozen=True)
@@ -369,6 +373,16 @@ class UseCase:
     why: str
 
 
+@dataclass(frozen=True)
+class WaitRow:
+    label: str
+    shape: str
+    first_waiting_level: int | None  # None: no window saw a request wait
+    peak_waiting: float | None
+    peak_kv_pct: float | None
+    levels_seen: int  # cells with server samples inside their windows
+
+
 @dataclass
 class Report:
     campaign: str
@@ -398,5 +412,6 @@ class Report:
     cross: list[CrossRow] = field(default_factory=list)
     site_best: list[SiteBest] = field(default_factory=list)
     use_cases: list[UseCase] = field(default_factory=list)
+    waits: list[WaitRow] = field(default_factory=list)
 
 

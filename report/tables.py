@@ -158,6 +158,17 @@ def _tokens_text(row: DrafterRow) -> str:
     return f"{fmt(row.best_tok_s)} ({row.tokens}, {row.best})"
 
 
+def _acceptance_text(row: DrafterRow) -> str:
+    if row.best is None:
+        return "—"
+    if not row.acceptance_recorded:
+        return "not exposed by the engine"
+    rate = "-" if row.acceptance_rate is None else f"{100 * row.acceptance_rate:.1f}%"
+    if row.mean_accepted_length is not None:
+        rate += f", mean length {row.mean_accepted_length:.2f}"
+    return rate
+
+
 def drafter_table(report: Report) -> Table:
     rows = []
     best_gain = max((r.gain for r in report.drafters if r.gain and r.differs), default=None)
@@ -175,17 +186,20 @@ def drafter_table(report: Report) -> Table:
                 else f"{r.plain_status} ({r.plain})",
                 best,
                 "—" if r.gain is None else _ratio(r.gain, r.differs, 2) + "x",
+                _acceptance_text(r),
             )
         )
     return Table(
         key="drafter",
         title="Drafter: one request, e2e tok/s",
-        columns=("engine", "no drafter", "best drafter (tokens)", "gain"),
+        columns=("engine", "no drafter", "best drafter (tokens)", "gain", "acceptance"),
         rows=rows,
         caption=(
             "Best drafter: the fastest drafter arm of the engine; gain = best drafter / no "
             f"drafter. {NOT_A_DIFFERENCE}: within the run-to-run spread of either arm. "
-            "— : the engine ran no such arm."
+            "— : the engine ran no such arm. Acceptance: accepted / drafted tokens of the "
+            "best drafter arm, and the mean accepted length per draft step (the target's own "
+            "token included), where the engine exposed its counters."
         ),
     )
 

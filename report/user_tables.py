@@ -11,7 +11,7 @@ from __future__ import annotations
 from report.rows import Report, SweepCell
 from report.tables import SLO_MISS, Table, fmt
 
-__all__ = ["per_user_tables", "slo_table"]
+__all__ = ["per_user_tables", "slo_table", "wait_table"]
 
 
 def _ms(value: float | None) -> str:
@@ -149,6 +149,32 @@ def slo_table(report: Report) -> Table | None:
             "The highest concurrency level at which one of the engine's arms meets every "
             "objective at its p99 (complete cells only; partial ones are never ranked), "
             "with that cell's figures; '-' where no price or energy reading applies."
+        ),
+        align_left=2,
+    )
+
+
+def wait_table(report: Report) -> Table | None:
+    if not report.waits:
+        return None
+    return Table(
+        key="server-waiting",
+        title="Server view: where requests start waiting",
+        columns=("arm", "shape", "first level with a request waiting", "peak waiting", "peak KV %"),
+        rows=[
+            (
+                w.label,
+                w.shape,
+                str(w.first_waiting_level) if w.first_waiting_level else "none waited",
+                fmt(w.peak_waiting, 0),
+                fmt(w.peak_kv_pct, 1),
+            )
+            for w in report.waits
+        ],
+        caption=(
+            "From the engine's own metrics polled during the sweep (requests waiting in its "
+            "queue, KV-cache use), over each cell's measured windows: the lowest level at "
+            "which a request waited, and the peaks over the whole sweep of that shape."
         ),
         align_left=2,
     )

@@ -14,8 +14,9 @@ from report.prices import DEFAULT_TABLE, PriceBook, PriceMode, choose_prices
 from report.render import render_html, render_markdown, sections
 from report.rows import Report, Slo
 from report.site_tables import cross_table, where_tables
+from report.summary import summary_table
 from report.tables import Table, all_tables
-from report.user_tables import per_user_tables, slo_table
+from report.user_tables import per_user_tables, slo_table, wait_table
 
 __all__ = ["REPORT_HTML", "REPORT_MD", "Written", "default_out", "write_report"]
 
@@ -65,6 +66,10 @@ def write_report(
     tables = all_tables(report)
     headline = slo_table(report)
     tables += ([headline] if headline else []) + per_user_tables(report)
+    waits = wait_table(report)
+    tables += [waits] if waits else []
+    summary = summary_table(report)
+    tables += [summary] if summary else []
     cross = cross_table(report)
     tables += ([cross] if cross else []) + where_tables(report)
     plots = draw_all(report, target)

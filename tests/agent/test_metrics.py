@@ -148,6 +148,11 @@ def test_goodput_counts_requests_meeting_every_slo():
     assert w.goodput_request_per_s == pytest.approx(1 / 0.090)
     no_slo = metrics.window_stats([fast], repeat=0, mode="burst", concurrency=1)
     assert no_slo.goodput_request_per_s is None
+    # End-to-end latency alone: fast and slow_tpot end at 30 and 60 ms, slow_ttft at 90.
+    e2el = metrics.window_stats(
+        [fast, slow_ttft, slow_tpot], repeat=0, mode="burst", concurrency=3, slo_e2el_ms=60
+    )
+    assert e2el.goodput_request_per_s == pytest.approx(2 / 0.090)
 
 
 def test_window_with_no_success_has_no_rates():

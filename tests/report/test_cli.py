@@ -48,7 +48,8 @@ def test_bench_report_writes_the_files_and_prints_the_headline(handmade: Handmad
     assert "not run" in result.stdout and "failed" in result.stdout
     assert "report/prices.toml" in result.stdout  # which prices were used, said
     assert (out / "report.md").is_file() and (out / "report.html").is_file()
-    assert len(list(out.glob("*.png"))) == 7
+    assert len(list(out.glob("*.png"))) == 11  # 7 of the seeds, 4 Pareto views
+    assert (out / "cells.csv").is_file()
 
 
 def test_bench_report_errors_are_one_line_with_status_2(handmade: Handmade, tmp_path: Path):

@@ -363,6 +363,10 @@ def test_every_plot_is_written_as_png(handmade_report: Written):
         "telemetry-g6",
         "telemetry-t4spot",
         "gsm8k-time",
+        "pareto-user-in512-out128",
+        "pareto-user-in128-out512",
+        "pareto-cost-in512-out128",
+        "pareto-cost-in128-out512",
     }
     for plot in handmade_report.plots:
         data = plot.path.read_bytes()
