@@ -451,8 +451,13 @@ async def _sweep(args: argparse.Namespace) -> int:
     rows.close()
     _standalone(out, "sweep", summary.base_url, [summary.model], settings)
     console = _console()
-    for table in sweep_tables([("sweep", summary)]):
-        console.print(table)
+    if settings.mode == "rate":
+        from cli.rate_table import rate_table
+
+        console.print(rate_table(summary))
+    else:
+        for table in sweep_tables([("sweep", summary)]):
+            console.print(table)
     console.print(f"results: {out}")
     return 0 if summary.counts["failed"] == 0 else 1
 

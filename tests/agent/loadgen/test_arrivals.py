@@ -154,6 +154,7 @@ def test_bench_sweep_rate_mode_from_the_command_line(tmp_path: Path):
         assert done.returncode == 0, done.stderr
         summary = SweepSummary.model_validate_json((tmp_path / "summary.json").read_text())
         assert [c.request_rate for c in summary.cells] == [10.0, 20.0]
+        assert "Request-rate sweep" in done.stdout and "lag p99 ms" in done.stdout
         assert summary.settings.mode == "rate"
         bad = _bench("sweep", server.url, "--mode", "rate", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2
