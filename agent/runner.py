@@ -508,22 +508,28 @@ class CampaignRunner:
             return None
         if job.item == "sweep" and suite.sweep is not None:
             request = served.request_settings(suite.sweep.request)
-            settings = suite.sweep.model_copy(update={"request": request})
-            async with OpenAIClient(
-                served.base_url, settings=request, max_connections=connections_for(settings)
-            ) as client:
-                source = load_source(
-                    settings.prompts, gsm8k_data=self.gsm8k_data, data_dir=self.work_dir / "data"
-                )
-                rows = ServerMetricsCsv(self.shard_dir / SERVER_METRICS_FILE)
-                rows.job_id = job.job_id
-                try:
+            sweep_settings = suite.sweep.model_copy(update={"request": request})
+            source = load_source(
+                sweep_settings.prompts, gsm8k_data=self.gsm8k_data, data_dir=self.work_dir / "data"
+            )
+            rows = ServerMetricsCsv(self.shard_dir / SERVER_METRICS_FILE)
+            rows.job_id = job.job_id
+            try:
+                async with OpenAIClient(
+                    served.base_url,
+                    settings=request,
+                    max_connections=connections_for(sweep_settings),
+                ) as client:
                     with ServerMetricsPoller(served.base_url, sink=rows) as server_metrics:
                         sweep = await run_sweep(
-                            client, settings, writer, source=source, server_metrics=server_metrics
+                            client,
+                            sweep_settings,
+                            writer,
+                            source=source,
+                            server_metrics=server_metrics,
                         )
-                finally:
-                    rows.close()
+            finally:
+                rows.close()
             if sweep.counts["measured"] == 0:
                 raise RuntimeError(f"no cell measured ({sweep.counts})")
             return sum(w.output_tokens for c in sweep.cells for w in c.repeats)
