@@ -595,7 +595,12 @@ async def _sweep(args: argparse.Namespace) -> int:
         finally:
             rows.close()
     _standalone(out, "sweep", summary.base_url, [summary.model], settings)
-    print_tables(console, sweep_tables(report_of([out])))
+    if settings.mode == "rate":
+        from cli.rate_table import rate_table
+
+        console.print(rate_table(summary))
+    else:
+        print_tables(console, sweep_tables(report_of([out])))
     console.print(f"results: {out}")
     lost = summary.counts["failed"] + summary.counts.get("partial", 0)
     return 0 if lost == 0 else 1

@@ -1,6 +1,7 @@
 """The telemetry sampler: one thread for the whole run, writing `telemetry.csv` as it goes.
 
-Every `gpu_interval_s` (100 ms) it reads each GPU through NVML, every `host_interval_s`
+Every `gpu_interval_s` (100 ms) it reads each GPU through NVML (the costly energy counter
+once a second and at every job boundary only), every `host_interval_s`
 (1 s) the host and the engine's process tree through psutil, and writes one row per read,
 tagged with the job running. The CSV is flushed every `flush_interval_s`; nothing is kept
 in memory but one small running summary per job (contract.telemetry_summary), so memory does
@@ -50,6 +51,7 @@ HOST_INTERVAL_S = 1.0
 # GPU's PCIe is read at this slower cadence, and one GPU per pass in turn, so no pass blocks
 # for more than one GPU's ~40 ms however many GPUs there are.
 PCIE_INTERVAL_S = 1.0
+ENERGY_INTERVAL_S = 1.0
 FLUSH_INTERVAL_S = 1.0
 SWITCH_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 10.0
@@ -92,11 +94,13 @@ class TelemetrySampler:
         host_interval_s: float = HOST_INTERVAL_S,
         pcie_interval_s: float = PCIE_INTERVAL_S,
         flush_interval_s: float = FLUSH_INTERVAL_S,
+        energy_interval_s: float = ENERGY_INTERVAL_S,
     ) -> None:
         for name, value in (
             ("gpu_interval_s", gpu_interval_s),
             ("host_interval_s", host_interval_s),
             ("pcie_interval_s", pcie_interval_s),
+            ("energy_interval_s", energy_interval_s),
             ("flush_interval_s", flush_interval_s),
         ):
             if not 0.01 <= value <= 3600:
@@ -107,6 +111,7 @@ class TelemetrySampler:
         self._gpu_iv = gpu_interval_s
         self._host_iv = host_interval_s
         self._pcie_iv = max(pcie_interval_s, gpu_interval_s)
+        self._energy_iv = max(energy_interval_s, gpu_interval_s)
         self._flush_iv = flush_interval_s
 
         self._lock = threading.Lock()
@@ -342,6 +347,7 @@ class TelemetrySampler:
         next_gpu = now if self._gpus else math.inf
         next_host = now if self._host is not None else math.inf
         next_pcie = now
+        next_energy = now
         # One GPU's PCIe per slow pass, so slow passes come n times as often for n GPUs.
         pcie_every = max(self._gpu_iv, self._pcie_iv / max(1, len(self._gpus)))
         next_flush = now + self._flush_iv
@@ -351,7 +357,10 @@ class TelemetrySampler:
             now = time.perf_counter()
             if now >= next_gpu:
                 slow = now >= next_pcie
-                self._gpu_pass(slow)
+                per_second = now >= next_energy
+                self._gpu_pass(slow, per_second)
+                if per_second:
+                    next_energy = self._next(next_energy, self._energy_iv, now, count=False)
                 if slow:
                     next_pcie = self._next(next_pcie, pcie_every, now, count=False)
                 next_gpu = self._next(next_gpu, self._gpu_iv, time.perf_counter())
@@ -418,7 +427,7 @@ class TelemetrySampler:
         if self._host is not None:
             self._host_pass()
 
-    def _gpu_pass(self, slow: bool) -> None:
+    def _gpu_pass(self, slow: bool, per_second: bool = True) -> None:
         self._gpu_passes += 1
         job = self._job
         slow_index = -1
@@ -427,7 +436,7 @@ class TelemetrySampler:
             self._pcie_turn += 1
         for i, dev in enumerate(self._gpus):
             try:
-                sample = dev.read(job, with_slow=i == slow_index)
+                sample = dev.read(job, with_slow=i == slow_index, with_per_second=per_second)
             except Exception:
                 self._internal_error(f"gpu{dev.index}", f"reading GPU {dev.index} failed")
                 continue

@@ -384,7 +384,10 @@ def test_nvml_device_failing_mid_run_and_a_counter_reset_do_not_stop_sampling(
     flaky, lost, steady = FakeGpu(), FakeGpu(name="lost"), FakeGpu(power_w=200.0)
     nvml = FakeNvml([flaky, lost, steady])
     path = tmp_path / "telemetry.csv"
-    sampler = TelemetrySampler(path, nvml=nvml, psutil_module=None, gpu_interval_s=0.05)
+    # Energy at every pass here, so the reset mid-job is seen between two reads.
+    sampler = TelemetrySampler(
+        path, nvml=nvml, psutil_module=None, gpu_interval_s=0.05, energy_interval_s=0.05
+    )
     with sampler:
         sampler.set_job("gen")
         time.sleep(0.3)

@@ -3,8 +3,8 @@
 Tolerances: the arrival process is checked on 20,000 draws (mean gap within 2%, gap CV
 within 0.05 of 1/sqrt(burstiness)); a window against the server has a few dozen to a few
 hundred arrivals, so there the count, mean gap and CV are held to 25% (seeded, so the figures
-are the same every run); what the server's clock saw is held to 25% on the mean gap and 0.3
-on the CV, which also carries a busy host's scheduling jitter.
+are the same every run); what the server's clock saw is held to 25% on the mean gap, and the
+median arrival must reach it within 50 ms of its due time.
 """
 
 from __future__ import annotations
@@ -102,8 +102,14 @@ def test_rate_window_offers_the_rate_and_records_the_lag(tmp_path: Path, burstin
     assert len(received) == len(measured)
     server_gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(received)]
     assert sum(server_gaps) / len(server_gaps) == pytest.approx(1000 / rate, rel=0.25)
-    # The server's clock adds the host's scheduling jitter to every gap (loaded 2-core CI).
-    assert _cv(server_gaps) == pytest.approx(1 / math.sqrt(burstiness), abs=0.3)
+    # Each arrival reached the server when it was due: the median of (received - due) is
+    # small. (The gaps' CV as the server saw them is not checked: one stall of a loaded host
+    # turns a run of gaps into one long gap and a burst, whatever the process was.)
+    due = {r.request_id: r.scheduled_ns for r in measured}
+    late_ms = sorted(
+        (t.t_recv_ns - (due[t.request_id] or 0)) / 1e6 for t in truth if t.request_id in due
+    )
+    assert 0 <= late_ms[len(late_ms) // 2] < 50
 
     export = (tmp_path / "vllm_bench_serve.jsonl").read_text().splitlines()
     (run,) = [json.loads(line) for line in export]
@@ -154,6 +160,7 @@ def test_bench_sweep_rate_mode_from_the_command_line(tmp_path: Path):
         assert done.returncode == 0, done.stderr
         summary = SweepSummary.model_validate_json((tmp_path / "summary.json").read_text())
         assert [c.request_rate for c in summary.cells] == [10.0, 20.0]
+        assert "Request-rate sweep" in done.stdout and "lag p99 ms" in done.stdout
         assert summary.settings.mode == "rate"
         bad = _bench("sweep", server.url, "--mode", "rate", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2
