@@ -1,23 +1,28 @@
-"""Where a run comes from: the code's git sha, the host, and exactly which engine binary
-serves (its version probe's output and sha256), for the manifest."""
+"""Where a run comes from, for the manifest: the code's git sha, the host, exactly which
+engine binary serves (its version probe's output and sha256), and the manifest an earlier
+run of the same shard left (a rerun merges into it, never drops it)."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 
 from agent.installer import InstalledEngine
-from contract.jobs import HostInfo
+from contract.jobs import HostInfo, Manifest
 from engines.recipes import RenderedServe
 
-__all__ = ["git_sha", "host_info", "identify"]
+__all__ = ["earlier_manifest", "git_sha", "host_info", "identify"]
+
+log = logging.getLogger(__name__)
 
 
 def git_sha() -> str | None:
@@ -71,3 +76,21 @@ def identify(served: RenderedServe, installed: InstalledEngine) -> dict[str, str
         except (OSError, subprocess.TimeoutExpired) as exc:
             text = f"version probe failed: {exc}"
     return {"version_text": text, "binary_sha256": digest}
+
+
+def earlier_manifest(path: Path, campaign: str, shard: str) -> Manifest | None:
+    """The manifest an earlier run of this shard left, if readable (else it is kept aside)."""
+    if not path.exists():
+        return None
+    try:
+        earlier = Manifest.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        aside = path.with_suffix(f".unreadable-{int(time.time())}.json")
+        log.warning("earlier %s unreadable (%s); kept as %s", path.name, exc, aside.name)
+        path.rename(aside)
+        return None
+    if (earlier.campaign.name, earlier.shard) != (campaign, shard):
+        raise ValueError(
+            f"{path} belongs to {earlier.campaign.name}/{earlier.shard}, not {campaign}/{shard}"
+        )
+    return earlier

@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from agent import metrics
 from agent.loadgen.client import ChatRequest, OpenAIClient, ServerCallError, ServerInfo
@@ -54,7 +55,7 @@ def count_requests(settings: SweepSettings) -> int:
 
 
 def _is_context_error(error: str | None) -> bool:
-    return bool(error) and any(phrase in error.lower() for phrase in _CONTEXT_ERRORS)
+    return error is not None and any(phrase in error.lower() for phrase in _CONTEXT_ERRORS)
 
 
 class _CellRunner:
@@ -156,7 +157,7 @@ class _CellRunner:
 
     async def run_cell(self, shape: Shape, level: int) -> CellResult:
         s = self.settings
-        base = dict(
+        base: dict[str, Any] = dict(
             shape=shape.name,
             input_tokens=shape.input_tokens,
             output_tokens=shape.output_tokens,
@@ -183,7 +184,7 @@ class _CellRunner:
         self,
         shape: Shape,
         level: int,
-        base: dict[str, object],
+        base: dict[str, Any],
         windows: list[WindowStats],
         all_errors: list[str | None],
     ) -> CellResult | None:
@@ -242,7 +243,7 @@ class _CellRunner:
 
 
 def _cell_from_windows(
-    base: dict[str, object],
+    base: dict[str, Any],
     windows: list[WindowStats],
     errors: list[str | None],
     *,
@@ -268,7 +269,7 @@ def _cell_from_windows(
         reason = "; ".join(p for p in parts if not p.startswith("0 request"))
     rates = sorted(w.aggregate_output_tok_s for w in measured if w.aggregate_output_tok_s)
     return CellResult(
-        **base,  # type: ignore[arg-type]
+        **base,
         status=status,
         reason=reason,
         repeats=windows,
