@@ -1,27 +1,32 @@
-"""Where a run comes from: the agent's version and git sha, the host, each arm as its recipe
-reads it, and exactly which engine binary serves (its version probe's output and sha256),
-for the manifest."""
+"""Where a run comes from, for the manifest: the agent's version and git sha, the host, each
+arm as its recipe reads it, exactly which engine binary serves (its version probe's output and
+sha256), and the manifest an earlier run of the same shard left (a rerun merges into it, never
+drops it)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 
 from agent.installer import InstalledEngine
 from contract.files import sha256_file
-from contract.jobs import ArmFacts, HostInfo
+from contract.jobs import ArmFacts, HostInfo, Manifest
 from engines.recipes import RecipeError, RenderedServe, recipe_for_arm
 from engines.recipes.render import parse_arm
 
-__all__ = ["AGENT_VERSION", "arm_facts", "git_sha", "host_info", "identify"]
+__all__ = ["AGENT_VERSION", "arm_facts", "earlier_manifest", "git_sha", "host_info", "identify"]
 
 AGENT_VERSION = "0.1.0"
+
+log = logging.getLogger(__name__)
 
 
 def git_sha() -> str | None:
@@ -91,3 +96,21 @@ def arm_facts(arm: str) -> ArmFacts | None:
         drafter=parsed.drafter,
         draft_tokens=parsed.draft_tokens,
     )
+
+
+def earlier_manifest(path: Path, campaign: str, shard: str) -> Manifest | None:
+    """The manifest an earlier run of this shard left, if readable (else it is kept aside)."""
+    if not path.exists():
+        return None
+    try:
+        earlier = Manifest.model_validate_json(path.read_bytes())
+    except (OSError, ValueError) as exc:
+        aside = path.with_suffix(f".unreadable-{int(time.time())}.json")
+        log.warning("earlier %s unreadable (%s); kept as %s", path.name, exc, aside.name)
+        path.rename(aside)
+        return None
+    if (earlier.campaign.name, earlier.shard) != (campaign, shard):
+        raise ValueError(
+            f"{path} belongs to {earlier.campaign.name}/{earlier.shard}, not {campaign}/{shard}"
+        )
+    return earlier

@@ -16,6 +16,7 @@ through the small `StatusSink` / `ResultSink` protocols; locally they do nothing
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import threading
@@ -34,10 +35,17 @@ from agent.loadgen.probe import run_probe
 from agent.loadgen.sweep import run_sweep
 from agent.loadgen.text_sources import load_source
 from agent.models import ModelResolveError, resolve_model
-from agent.provenance import AGENT_VERSION, arm_facts, git_sha, host_info, identify
+from agent.provenance import (
+    AGENT_VERSION,
+    arm_facts,
+    earlier_manifest,
+    git_sha,
+    host_info,
+    identify,
+)
 from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
 from agent.results import ResultWriter
-from agent.supervisor import EngineError, EngineServer, choose_port, port_in_use
+from agent.supervisor import EngineError, EngineServer, choose_port, free_port, port_in_use
 from agent.telemetry import TelemetrySampler
 from agent.telemetry.server_metrics import (
     SERVER_METRICS_FILE,
@@ -68,6 +76,7 @@ log = logging.getLogger(__name__)
 
 _GPU_MEMORY_SLACK_MIB = 1024
 LOG_TAIL_LINES = 40  # of a server log, kept on a failed job record
+_PORT_ATTEMPTS = 3
 
 _PHASE_OF_ITEM: Mapping[SuiteItem, Phase] = {
     "probe": "probing",
@@ -206,24 +215,6 @@ class CampaignRunner:
                 failed.append(job.job_id)
         return failed
 
-    def _earlier_manifest(self, path: Path) -> Manifest | None:
-        """The manifest an earlier run of this shard left, if it is one (else it is kept aside)."""
-        if not path.exists():
-            return None
-        try:
-            earlier = Manifest.model_validate_json(path.read_bytes())
-        except (OSError, ValueError) as exc:
-            aside = path.with_suffix(f".unreadable-{int(time.time())}.json")
-            log.warning("earlier %s unreadable (%s); kept as %s", path.name, exc, aside.name)
-            path.rename(aside)
-            return None
-        if (earlier.campaign.name, earlier.shard) != (self.spec.name, self.shard.name):
-            raise ValueError(
-                f"{path} belongs to {earlier.campaign.name}/{earlier.shard}, not "
-                f"{self.spec.name}/{self.shard.name}"
-            )
-        return earlier
-
     def _manifest(
         self,
         started: float,
@@ -277,7 +268,7 @@ class CampaignRunner:
         engines: list[EngineServed] = []
         records: list[JobRecord] = []
         manifest_path = self.shard_dir / MANIFEST_FILE
-        earlier = self._earlier_manifest(manifest_path)
+        earlier = earlier_manifest(manifest_path, self.spec.name, self.shard.name)
         manifest_path.write_text(
             self._manifest(started, sampler, engines, records, None, earlier).model_dump_json(
                 indent=2
@@ -349,17 +340,18 @@ class CampaignRunner:
                 if drafter_source
                 else None
             )
-            served = render(
+            rerender = functools.partial(
+                render,
                 recipe,
                 arm,
                 self.gpu_cc,
                 model,
-                port=choose_port(recipe.port),
                 settings=self.spec.arm_settings(arm),
                 drafter=drafter,
                 python=installed.python,
                 workdir=installed.folder,
             )
+            served = rerender(port=choose_port(recipe.port))
         except (ModelResolveError, RecipeError) as exc:
             return self._fail_all(jobs, str(exc), None)
         version_text, binary_sha256 = identify(served, installed)
@@ -380,7 +372,7 @@ class CampaignRunner:
         )
         engines.append(engine)
         before_mib = gpu_memory_used_mib()
-        records = self._serve_and_run(jobs, served, engine, installed, sampler)
+        records = self._serve_and_run(jobs, served, engines, installed, sampler, rerender)
         after_mib = gpu_memory_used_mib()
         if before_mib is not None and after_mib is not None:
             released = after_mib - before_mib < _GPU_MEMORY_SLACK_MIB
@@ -391,7 +383,7 @@ class CampaignRunner:
                     before_mib,
                     after_mib,
                 )
-            engines[-1] = engine.model_copy(update={"gpu_memory_released": released})
+            engines[-1] = engines[-1].model_copy(update={"gpu_memory_released": released})
         return records
 
     def _start(
@@ -430,14 +422,41 @@ class CampaignRunner:
             raise
         return server, ready
 
+    def _start_on_a_free_port(
+        self,
+        served: RenderedServe,
+        installed: InstalledEngine,
+        log_path: Path,
+        rerender: Callable[..., RenderedServe],
+    ) -> tuple[RenderedServe, EngineServer, ReadyResult]:
+        """Start the server; when another process takes its port first, again on a free one.
+
+        On a shared host the recipe's port can be free when chosen and taken before the
+        engine binds it (a model loads before the socket opens).
+        """
+        for attempt in range(_PORT_ATTEMPTS):
+            if port_in_use(served.port):
+                served = rerender(port=free_port())
+            try:
+                server, ready = self._start(served, installed, log_path)
+                return served, server, ready
+            except (EngineError, NotReadyError):
+                # Our group is stopped by now: a port still in use is someone else's.
+                if attempt + 1 == _PORT_ATTEMPTS or not port_in_use(served.port):
+                    raise
+                log.warning("port %d was taken during start-up; again on a free port", served.port)
+        raise AssertionError("unreachable")
+
     def _serve_and_run(
         self,
         jobs: list[Job],
         served: RenderedServe,
-        engine: EngineServed,
+        engines: list[EngineServed],
         installed: InstalledEngine,
         sampler: TelemetrySampler,
+        rerender: Callable[..., RenderedServe],
     ) -> list[JobRecord]:
+        engine = engines[-1]
         log_path = self.shard_dir / "servers" / f"{engine.arm}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         records: list[JobRecord] = []
@@ -452,13 +471,20 @@ class CampaignRunner:
                     self.status.set_phase("serving")
                     log.info("START serve %s", engine.arm)
                     try:
-                        server, ready = self._start(served, installed, log_path)
+                        served, server, ready = self._start_on_a_free_port(
+                            served, installed, log_path, rerender
+                        )
                     except (EngineError, NotReadyError) as exc:
                         log_tail = getattr(exc, "log_tail", None) or tail(log_path, LOG_TAIL_LINES)
                         records += self._fail_all(
                             jobs[jobs.index(job) :], str(exc), engine, log_tail
                         )
                         break
+                    if served.port != engine.port:
+                        engine = engine.model_copy(
+                            update={"port": served.port, "argv": list(served.argv)}
+                        )
+                        engines[-1] = engine
                     with self._server_lock:
                         self._server = server
                     sampler.track_process(server.pid)

@@ -217,7 +217,9 @@ class EngineServer:
         if self.port is None or not port_in_use(self.port, self.host):
             return False
         if not self._listeners:
-            return True  # never saw who listened: the port counts as this server's
+            # It never listened (it died starting, or lost the port to another process):
+            # with its group gone, whoever holds the port now is not this server.
+            return False
         for pid, created in self._listeners:
             with contextlib.suppress(psutil.Error):
                 if psutil.Process(pid).create_time() == created:

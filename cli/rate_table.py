@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from agent import metrics
+from contract import metrics
 from contract.results import SweepSummary
 
 __all__ = ["rate_table"]

@@ -151,7 +151,11 @@ class _CellRunner:
             while time.perf_counter_ns() < window[1]:
                 if not pool:
                     log.warning("%s: steady prompt pool ran out; building more in-window", label)
-                    pool.extend(await self.prompts.build(level * 2, shape.input_tokens))
+                    try:
+                        pool.extend(await self.prompts.build(level * 2, shape.input_tokens))
+                    except ServerCallError as exc:
+                        stopped.append(exc)  # the window is broken: the cell stops after it
+                        return
                 prompt = pool.pop()
                 phase = "warmup" if time.perf_counter_ns() < window[0] else "measured"
                 request = ChatRequest(
@@ -167,7 +171,11 @@ class _CellRunner:
                 if self.progress:
                     self.progress(1)
 
+        stopped: list[ServerCallError] = []
         await asyncio.gather(*(worker(i) for i in range(level)))
+        if stopped:
+            self._record(records)  # kept on disk; the window is not counted
+            raise stopped[0]
         return records, window
 
     async def run_cell(self, shape: Shape, level: int, rate: float | None = None) -> CellResult:

@@ -235,3 +235,17 @@ def test_a_port_taken_by_someone_else_after_stop_is_not_a_leak(tmp_path: Path) -
     # Another engine takes the port the moment it is free: stop() must not blame this one.
     with socket.create_server(("127.0.0.1", port)):
         assert server.stop(grace_s=1) == -9
+
+
+def test_a_server_that_lost_its_port_at_start_up_reports_that_not_a_leak(tmp_path: Path) -> None:
+    """Another process binds the port while the engine loads: the engine exits, and stop()
+    does not blame it for the port it never held."""
+    port = free_port()
+    server = EngineServer(
+        "ours", [sys.executable, "-c", "import time, sys; time.sleep(0.5); sys.exit(1)"],
+        log_path=tmp_path / "ours.log", port=port,
+    ).start()  # fmt: skip
+    with socket.create_server(("127.0.0.1", port)):
+        with pytest.raises(EngineStartError, match="exited with code 1"):
+            server.wait_healthy(f"http://127.0.0.1:{port}/health", 30)
+        assert server.stop(grace_s=1) == 1

@@ -132,3 +132,77 @@ def test_a_401_hints_at_the_api_key(server: ReferenceServer, tmp_path: Path):
     assert result.stderr.strip().count("\n") == 0
     assert "HTTP 401" in result.stderr and "BENCH_API_KEY" in result.stderr
     assert not (tmp_path / "x").exists()
+
+
+RUN_SPEC = """
+name = "outdir-test"
+end_action = "stay"
+[model]
+name = "tiny"
+sources = { llamacpp = "generated:tiny-llama" }
+[[shards]]
+name = "here"
+instance_type = "local"
+arms = ["llama"]
+[suite.probe]
+output_tokens = 8
+repeats = 1
+at_once = 2
+[suite.sweep]
+shapes = ["64/16"]
+levels = [1]
+repeats = 1
+"""
+
+
+@pytest.mark.slow
+def test_bench_run_refuses_resumes_with_a_merged_manifest_and_overwrites(
+    tmp_path: Path, llama_server_build
+):
+    from contract.jobs import Manifest
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(RUN_SPEC)
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "BENCH_CACHE_DIR": str(tmp_path / "cache"),
+        "LLAMA_SERVER_BIN": str(llama_server_build.binary),
+        "COLUMNS": "200",
+    }
+
+    def run(*flags: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [BENCH, "run", str(spec), "--out", str(out), *flags],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+            check=False,
+        )
+
+    first = run()
+    assert first.returncode == 0, first.stderr[-2000:]
+    shard = out / "outdir-test" / "here"
+    before = Manifest.model_validate_json((shard / "manifest.json").read_text())
+    log = (shard / "agent.log").read_text()
+    assert "START job llama-probe" in log and "END job llama-sweep: ok" in log
+    assert before.engines and before.engines[0].port is not None
+
+    refused = run()
+    assert refused.returncode == 2 and "already holds results" in refused.stderr
+    assert Manifest.model_validate_json((shard / "manifest.json").read_text()) == before
+
+    resumed = run("--resume")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    merged = Manifest.model_validate_json((shard / "manifest.json").read_text())
+    assert merged.started_unix_s == before.started_unix_s
+    assert merged.finished_unix_s is not None and merged.finished_unix_s > before.started_unix_s
+    assert merged.engines == before.engines, "nothing served again: the earlier build is kept"
+    assert len(merged.runs) == 2 and merged.runs[1].jobs_run == []
+    assert merged.jobs_ok == ["llama-probe", "llama-sweep"]
+
+    assert run("--overwrite").returncode == 0
+    (aside,) = (out / "outdir-test").glob("here.replaced-*")
+    assert Manifest.model_validate_json((aside / "manifest.json").read_text()) == merged
