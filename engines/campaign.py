@@ -3,16 +3,18 @@
 `contract.spec` checks the spec's structure; this checks what only the recipes know: every
 arm names an engine and an arm spelling it has, its setting overrides are settings it has,
 a drafter arm is one the engine can run on the shard's GPU, and the model (and drafter)
-has a source for that engine. The agent and the launcher both call it.
+has a source for that engine, and `engine_versions` names engines that exist. The agent and
+the launcher both call it; `campaign_recipe` is the recipe an arm runs with, the spec's
+version override applied.
 """
 
 from __future__ import annotations
 
 from contract.gpus import gpu_family
 from contract.spec import LOCAL_INSTANCE_TYPE, CampaignSpec, SpecError
-from engines.recipes import RecipeError, check_arm, recipe_for_arm
+from engines.recipes import RECIPES, EngineRecipe, RecipeError, check_arm, recipe_for_arm
 
-__all__ = ["check_campaign", "shard_compute_capability"]
+__all__ = ["campaign_recipe", "check_campaign", "shard_compute_capability"]
 
 
 def shard_compute_capability(instance_type: str) -> tuple[int, int] | None:
@@ -27,6 +29,12 @@ def shard_compute_capability(instance_type: str) -> tuple[int, int] | None:
 
 def check_campaign(spec: CampaignSpec) -> CampaignSpec:
     """Raise SpecError with one line naming the shard, the arm and the reason."""
+    for engine, version in spec.engine_versions.items():
+        if engine not in RECIPES:
+            known = ", ".join(sorted(RECIPES))
+            raise SpecError(f"engine_versions.{engine}: unknown engine (known: {known})")
+        if not version.strip():
+            raise SpecError(f"engine_versions.{engine}: empty version")
     for shard in spec.shards:
         gpu_cc = shard_compute_capability(shard.instance_type)
         for arm in shard.arms:
@@ -43,3 +51,11 @@ def check_campaign(spec: CampaignSpec) -> CampaignSpec:
                     "(add model.sources.<engine> or model.sources.default)"
                 )
     return spec
+
+
+def campaign_recipe(spec: CampaignSpec, arm: str) -> EngineRecipe:
+    """The recipe `arm` runs with in this campaign: its engine's, at the spec's version if the
+    spec overrides it (`engine_versions`). Raises RecipeError for an unknown arm."""
+    recipe = recipe_for_arm(arm)
+    version = spec.engine_versions.get(recipe.name)
+    return recipe if version is None else recipe.model_copy(update={"version": version})
