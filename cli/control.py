@@ -33,7 +33,7 @@ from control.launch import (
     wait_for_agents,
 )
 from control.preflight import preflight
-from control.spec import load_spec_file
+from control.spec import CampaignSpec, load_spec_file
 from control.stack import find_stack, results_bucket
 from control.status import CampaignStatus, campaign_status, list_campaigns
 
@@ -87,6 +87,8 @@ def _launch(args: argparse.Namespace, clients: AwsClients, console: Console) -> 
     if args.verbose:
         for note in checks.notes:
             console.print(f"check: {note}", soft_wrap=True, markup=False)
+    if args.pin_check:
+        checks.problems.extend(_pin_problems(spec, checks.warnings))
     for warning in checks.warnings:
         console.print(f"WARNING: {warning}", soft_wrap=True, markup=False)
     if checks.problems:
@@ -127,6 +129,18 @@ def _launch(args: argparse.Namespace, clients: AwsClients, console: Console) -> 
         soft_wrap=True,
     )
     return 0 if ok else 1
+
+
+def _pin_problems(spec: CampaignSpec, warnings: list[str]) -> list[str]:
+    """Engine pins that do not resolve on their index (engines.pins)."""
+    from engines.pins import check_pins
+
+    try:
+        found = check_pins([spec])
+    except OSError as exc:
+        warnings.append(f"engine pins not checked: {exc}")
+        return []
+    return [f"pin {check.line()}" for check in found if not check.ok]
 
 
 def _launch_table(result: CampaignLaunch) -> Table:

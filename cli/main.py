@@ -208,7 +208,8 @@ def _add_campaign_parsers(sub: argparse._SubParsersAction) -> None:
         "launch",
         help="launch a campaign on AWS: one instance per shard, spot first, then on-demand",
         description="Validate the spec, run the pre-launch checks (stack, vCPU quotas, "
-        "zones, HF-token secret, spot role, runtime backstop; any problem: nothing is "
+        "zones, HF-token secret, spot role, runtime backstop, engine pins on their index; "
+        "any problem: nothing is "
         "launched), upload the spec to the stack's bucket and start one instance per shard: "
         "spot in every subnet whose zone offers the type, then on-demand. Relaunching is "
         "safe: shards with a running instance are left alone.",
@@ -229,6 +230,12 @@ def _add_campaign_parsers(sub: argparse._SubParsersAction) -> None:
         "--public-sources",
         action="store_true",
         help="every model source is public: an empty HF-token secret is not a problem",
+    )
+    launch.add_argument(
+        "--no-pin-check",
+        dest="pin_check",
+        action="store_false",
+        help="do not resolve the engine pins on the package index first",
     )
     _add_stack_flags(launch, bucket=True)
 

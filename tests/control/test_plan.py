@@ -243,3 +243,13 @@ def test_bench_plan_with_credentials_prices_from_aws_and_runs_the_checks(
     result = run_bench("plan", str(tmp_path / "c.toml"), "--no-pin-check")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "WARNING: no spot service-linked role" in result.stdout
+
+
+def test_launch_refuses_an_unpublished_engine_version(stack: StackOutputs, tmp_path: Path):
+    spec = write_spec(tmp_path / "c.toml", "c", [("s0", "g6.xlarge")], arms=("litert-int248",))
+    spec.write_text(spec.read_text() + '\n[engine_versions]\nlitert-lm = "0.19.0"\n')
+    result = run_bench("launch", str(spec), "--public-sources")
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if "pin " in x]
+    assert "litert-lm 0.19.0 (pypi, x86_64): DOES NOT RESOLVE" in line
+    assert live_instances() == []
