@@ -47,6 +47,14 @@ INSTANCE_PYTHON = "3.12"  # the DLAMI Ubuntu 24.04's python3 (infra/settings.py)
 INSTANCE_GLIBC = (2, 39)  # Ubuntu 24.04
 _MOVING_REFS = frozenset({"", "main", "master", "head", "latest", "nightly", "dev"})
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._\-\[\],]*)==(\S+)$")
+# What pip prints when it cannot reach the index at all (not "no such version").
+_UNREACHABLE = (
+    "NewConnectionError",
+    "Max retries exceeded",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "ConnectTimeoutError",
+)
 Resolver = Callable[[Sequence[str], str, str], dict[str, str | None]]
 
 
@@ -128,6 +136,8 @@ def _pip_dry_run(
         except subprocess.TimeoutExpired as exc:
             raise OSError(f"pip did not answer within {timeout_s:g} s") from exc
         if done.returncode != 0 or not report.exists():
+            if any(marker in done.stderr for marker in _UNREACHABLE):
+                raise OSError(f"the package index is not reachable: {_last_line(done.stderr)}")
             return None
         installs = json.loads(report.read_text()).get("install", [])
     wheels: dict[str, str] = {}
@@ -140,6 +150,11 @@ def _pip_dry_run(
 def _name(requirement: str) -> str:
     match = _PIN.match(requirement)
     return match.group(1) if match else requirement
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "pip failed"
 
 
 def _normal(name: str) -> str:

@@ -96,3 +96,14 @@ def test_engine_versions_naming_an_unknown_engine_is_a_spec_error(tmp_path: Path
     )
     with pytest.raises(SpecError, match=r"engine_versions\.litert: unknown engine"):
         check_campaign(load_campaign(spec))
+
+
+def test_an_unreachable_index_is_an_error_not_a_missing_version(monkeypatch: pytest.MonkeyPatch):
+    # A proxy that refuses connections: what pip meets on a machine with no network.
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "")
+    monkeypatch.setenv("PIP_FIND_LINKS", "")
+    monkeypatch.setenv("PIP_RETRIES", "1")  # pip names the connection error when it retries
+    monkeypatch.setenv("PIP_TIMEOUT", "2")
+    with pytest.raises(OSError, match="not reachable"):
+        resolve_on_index(["vllm==0.33.0"], "x86_64")
