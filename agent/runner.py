@@ -67,7 +67,8 @@ from contract.spec import CampaignSpec, ShardSpec
 from contract.status import Phase
 from contract.suite import SuiteItem
 from contract.telemetry import TELEMETRY_FILE
-from engines.recipes import RecipeError, RenderedServe, recipe_for_arm, render
+from engines.campaign import campaign_recipe
+from engines.recipes import RecipeError, RenderedServe, render
 from engines.recipes.render import GpuCC
 
 __all__ = ["CampaignRunner", "Job", "ResultSink", "RunOutcome", "StatusSink"]
@@ -321,7 +322,7 @@ class CampaignRunner:
     ) -> list[JobRecord]:
         self.status.set_job(self._index(jobs[0]), len(self.jobs), jobs[0].job_id)
         try:
-            recipe = recipe_for_arm(arm)
+            recipe = campaign_recipe(self.spec, arm)
         except RecipeError as exc:
             return self._fail_all(jobs, str(exc), None)
         self.status.set_phase("installing")

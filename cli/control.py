@@ -1,4 +1,4 @@
-"""`bench launch|status|fetch|cleanup`: campaigns on AWS, driven from the workstation.
+"""`bench launch|status|fetch|cleanup|iam-policy`: campaigns on AWS, from the workstation.
 
 Parses nothing (cli/main.py does), decides nothing (control does): it calls the verbs,
 prints each launch attempt as one line while it happens, and renders the records as tables.
@@ -33,8 +33,8 @@ from control.launch import (
     launch_campaign,
     wait_for_agents,
 )
-from control.quotas import QuotaCheck, check_quotas, quota_increase_command
-from control.spec import load_spec_file
+from control.preflight import preflight
+from control.spec import CampaignSpec, load_spec_file
 from control.stack import find_stack, results_bucket
 from control.status import CampaignStatus, campaign_status, list_campaigns
 
@@ -54,6 +54,7 @@ def run_control(args: argparse.Namespace) -> int:
             "status": _status,
             "fetch": _fetch,
             "cleanup": _cleanup,
+            "iam-policy": _iam_policy,
         }[args.command]
         return handler(args, clients, console)
     except BenchError as exc:  # ControlError, SpecError, ...: anything else is a bug
@@ -81,10 +82,25 @@ def _launch(args: argparse.Namespace, clients: AwsClients, console: Console) -> 
 
     spec, data = load_spec_file(args.spec, check=check_campaign)
     stack = find_stack(clients, args.stack, bucket=args.bucket)
-    if args.quota_check:
-        checks = check_quotas(clients, spec)
-        for check in checks:
-            console.print(_quota_line(check))
+    checks = preflight(
+        clients, args.stack, spec, public_sources=args.public_sources, stack=stack
+    )
+    if args.verbose:
+        for note in checks.notes:
+            console.print(f"check: {note}", soft_wrap=True, markup=False)
+    if args.pin_check:
+        checks.problems.extend(_pin_problems(spec, checks.warnings))
+    for warning in checks.warnings:
+        console.print(f"WARNING: {warning}", soft_wrap=True, markup=False)
+    if checks.problems:
+        for problem in checks.problems:
+            print(f"bench launch: {' '.join(problem.split())}", file=sys.stderr)
+        print(
+            f"bench launch: {len(checks.problems)} problem(s) found before launching; "
+            "nothing launched (bench plan SPEC shows them with the plan)",
+            file=sys.stderr,
+        )
+        return 2
     lock = threading.Lock()
 
     def show(attempt: Attempt) -> None:
@@ -116,24 +132,16 @@ def _launch(args: argparse.Namespace, clients: AwsClients, console: Console) -> 
     return 0 if ok else 1
 
 
-def _quota_line(check: QuotaCheck) -> str:
-    head = (
-        f"quota {check.group.name} {check.market} ({check.quota_code}): "
-        f"campaign needs {check.needed_vcpus} vCPUs"
-    )
-    if check.quota_vcpus is None:
-        return f"{head}; quota not readable ({check.note}), not checked"
-    verdict = "ok" if check.ok else "too low"
-    extra = f", {check.note}" if check.note else ""
-    line = f"{head}, quota {check.quota_vcpus:g}{extra}: {verdict}"
-    if not check.ok:
-        then = (
-            "spot may be refused, then on-demand is used"
-            if check.market == "spot"
-            else "on-demand may be refused"
-        )
-        line += f" ({then}; {quota_increase_command(check.quota_code, check.needed_vcpus)})"
-    return line
+def _pin_problems(spec: CampaignSpec, warnings: list[str]) -> list[str]:
+    """Engine pins that do not resolve on their index (engines.pins)."""
+    from engines.pins import check_pins
+
+    try:
+        found = check_pins([spec])
+    except OSError as exc:
+        warnings.append(f"engine pins not checked: {exc}")
+        return []
+    return [f"pin {check.line()}" for check in found if not check.ok]
 
 
 def _launch_table(result: CampaignLaunch) -> Table:
@@ -328,6 +336,17 @@ def _fetch_table(report: FetchReport) -> Table:
             verdict,
         )
     return table
+
+
+# --- iam-policy ---
+
+
+def _iam_policy(args: argparse.Namespace, clients: AwsClients, console: Console) -> int:
+    from control.iam_policy import workstation_policy_json
+
+    stack = find_stack(clients, args.stack)
+    print(workstation_policy_json(stack, clients.region))
+    return 0
 
 
 # --- cleanup ---

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-CAMPAIGN_COMMANDS = ("launch", "status", "fetch", "cleanup")
+CAMPAIGN_COMMANDS = ("launch", "status", "fetch", "cleanup", "iam-policy")
 STACK_ENV = "BENCH_STACK"  # overrides the stack name, as --stack does
 _S = TypeVar("_S", bound=BaseModel)
 
@@ -236,6 +236,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_out_mode_flags(run)
     run.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     _add_campaign_parsers(sub)
+    _add_plan_parsers(sub)
     _add_report_parser(sub)
     from cli.eval_cmd import add_eval_parser
 
@@ -314,9 +315,12 @@ def _add_campaign_parsers(sub: argparse._SubParsersAction) -> None:
     launch = sub.add_parser(
         "launch",
         help="launch a campaign on AWS: one instance per shard, spot first, then on-demand",
-        description="Validate the spec, upload it to the stack's bucket and start one "
-        "instance per shard: spot in every subnet whose zone offers the type, then "
-        "on-demand. Relaunching is safe: shards with a running instance are left alone.",
+        description="Validate the spec, run the pre-launch checks (stack, vCPU quotas, "
+        "zones, HF-token secret, spot role, runtime backstop, engine pins on their index; "
+        "any problem: nothing is "
+        "launched), upload the spec to the stack's bucket and start one instance per shard: "
+        "spot in every subnet whose zone offers the type, then on-demand. Relaunching is "
+        "safe: shards with a running instance are left alone.",
     )
     launch.add_argument("spec", type=Path, help="campaign spec (TOML)")
     launch.add_argument(
@@ -331,9 +335,15 @@ def _add_campaign_parsers(sub: argparse._SubParsersAction) -> None:
         help="--wait gives up after this many minutes (30)",
     )
     launch.add_argument(
-        "--quota-check",
+        "--public-sources",
         action="store_true",
-        help="compare the campaign's vCPUs with the spot and on-demand quotas first",
+        help="every model source is public: an empty HF-token secret is not a problem",
+    )
+    launch.add_argument(
+        "--no-pin-check",
+        dest="pin_check",
+        action="store_false",
+        help="do not resolve the engine pins on the package index first",
     )
     _add_stack_flags(launch, bucket=True)
 
@@ -383,6 +393,47 @@ def _add_campaign_parsers(sub: argparse._SubParsersAction) -> None:
     cleanup.add_argument("--yes", action="store_true", help="do it without asking")
     cleanup.add_argument("--campaign", help="only this campaign's instances and parameters")
     _add_stack_flags(cleanup, bucket=False)
+
+
+def _add_plan_parsers(sub: argparse._SubParsersAction) -> None:
+    """`bench plan` (cli/plan.py) and `bench iam-policy` (cli/iam.py)."""
+    plan = sub.add_parser(
+        "plan",
+        help="what a campaign will run, how long, what it costs, and whether it can launch",
+        description="Per shard: the jobs in order with estimated hours (the seeds' measured "
+        "timings as priors, each named), the instance and GPU, and dollars on demand and at "
+        "the spot price now; totals in wall time and instance-hours; whether every engine "
+        "pin resolves on its index. With AWS credentials also AWS prices and the pre-launch "
+        "checks `bench launch` runs. Launches nothing.",
+    )
+    plan.add_argument("spec", type=Path, help="campaign spec (TOML)")
+    plan.add_argument("--region", help="price in this region (default: the credentials')")
+    plan.add_argument("--price-table", type=Path, help="a price table TOML (default: shipped)")
+    plan.add_argument(
+        "--offline", action="store_true", help="ask AWS nothing (priors and the price table)"
+    )
+    plan.add_argument(
+        "--no-pin-check",
+        dest="pin_check",
+        action="store_false",
+        help="do not resolve the engine pins on the package index",
+    )
+    plan.add_argument(
+        "--public-sources",
+        action="store_true",
+        help="every model source is public: an empty HF-token secret is not a problem",
+    )
+    _add_stack_flags(plan, bucket=False)
+
+    iam = sub.add_parser(
+        "iam-policy",
+        help="print the least-privilege IAM policy a workstation user needs (JSON)",
+        description="Derive, from the deployed stack's outputs, the IAM policy that allows "
+        "exactly what `bench plan|launch|status|fetch|cleanup|report` call: "
+        "aws iam create-policy --policy-name bench-workstation --policy-document "
+        "\"$(bench iam-policy)\"",
+    )
+    _add_stack_flags(iam, bucket=False)
 
 
 def _add_stack_flags(parser: argparse.ArgumentParser, *, bucket: bool) -> None:
@@ -676,6 +727,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from cli.report import run_diff
 
             return run_diff(args)
+        if args.command == "plan":
+            from cli.plan import run_plan
+
+            return run_plan(args)
         if args.command in CAMPAIGN_COMMANDS:
             from cli.control import run_control
 

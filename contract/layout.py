@@ -29,10 +29,13 @@ __all__ = [
     "CAMPAIGNS_PREFIX",
     "JOBS_DIR",
     "MANIFEST_FILE",
+    "OUTPUT_AMI_PARAMETER",
     "OUTPUT_BUCKET",
     "OUTPUT_HF_SECRET_ARN",
+    "OUTPUT_INSTANCE_ROLE_ARN",
     "OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND",
     "OUTPUT_LAUNCH_TEMPLATE_SPOT",
+    "OUTPUT_MAX_HOURS",
     "OUTPUT_STATUS_PREFIX",
     "OUTPUT_SUBNETS_BY_AZ",
     "RESULTS_PREFIX",
@@ -74,6 +77,9 @@ OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND = "OnDemandLaunchTemplateId"
 OUTPUT_SUBNETS_BY_AZ = "SubnetIdsByAz"  # a JSON object: {"us-east-1a": "subnet-...", ...}
 OUTPUT_HF_SECRET_ARN = "HfTokenSecretArn"
 OUTPUT_STATUS_PREFIX = "StatusParameterPrefix"
+OUTPUT_MAX_HOURS = "MaxHours"  # the instances' power-off backstop, hours after boot
+OUTPUT_INSTANCE_ROLE_ARN = "InstanceRoleArn"  # what the launcher passes (iam:PassRole)
+OUTPUT_AMI_PARAMETER = "AmiParameter"  # the public SSM parameter the templates resolve
 
 # --- Environment of the agent's systemd unit on an instance (written by the user data) ---
 AGENT_ENV_BUCKET = "BENCH_BUCKET"

@@ -24,6 +24,9 @@ workstation launcher run the same two checks.
     [arms.vllm]                # optional per-arm setting overrides
     settings = { max_num_seqs = 64 }
 
+    [engine_versions]          # optional: install another version than the recipe's pin
+    litert-lm = "0.19.0"
+
     [suite.sweep]
     shapes = ["512/128", "128/512"]
     levels = [1, 2, 4, 8, 16, 32, 64]
@@ -164,6 +167,9 @@ class CampaignSpec(_Spec):
     model: ModelSpec
     drafter: ModelSpec | None = None
     arms: dict[str, ArmOverrides] = Field(default_factory=dict)
+    engine_versions: dict[str, str] = Field(
+        default_factory=dict, description="engine name -> version to install instead of its pin"
+    )
     shards: tuple[ShardSpec, ...] = Field(min_length=1)
     suite: SuiteSpec = SuiteSpec()
     max_runtime_h: float = Field(12.0, gt=0, le=168)

@@ -14,4 +14,7 @@ clients are made) and returning typed records that `cli/` renders:
 - `status.campaign_status`: SSM status parameters joined with instance states.
 - `fetch.fetch_campaign`: resumable download of results, tarball checked against the manifest.
 - `cleanup.plan_cleanup` / `cleanup.apply_cleanup`: strays found by tag and ended.
+- `plan.plan_campaign`: jobs, hours (priors from `priors`) and dollars (`prices`) before
+  anything is launched; `preflight.preflight`: the checks `bench launch` runs first.
+- `iam_policy.workstation_policy`: the least-privilege policy the verbs need.
 """

@@ -31,6 +31,7 @@ from contract.errors import BenchError
 __all__ = [
     "CONNECTION_ERROR_CODE",
     "LAUNCH_ERRORS",
+    "SPOT_AUTH_ERRORS",
     "ControlError",
     "LaunchAction",
     "LaunchError",
@@ -68,6 +69,8 @@ LAUNCH_ERRORS: Mapping[str, LaunchAction] = {
     # Spot is ruled out region-wide (spot vCPU quota; a max price under the spot price).
     "MaxSpotInstanceCountExceeded": LaunchAction.SWITCH_MARKET,
     "SpotMaxPriceTooLow": LaunchAction.SWITCH_MARKET,
+    # No spot service-linked role, and no right to create it: spot only, on-demand may work.
+    "AuthFailure.ServiceLinkedRoleCreationNotPermitted": LaunchAction.SWITCH_MARKET,
     # On-demand vCPU quota of the family (or the legacy instance-count limit): ask for more.
     "VcpuLimitExceeded": LaunchAction.STOP_QUOTA,
     "InstanceLimitExceeded": LaunchAction.STOP_QUOTA,
@@ -80,6 +83,11 @@ LAUNCH_ERRORS: Mapping[str, LaunchAction] = {
     "ServiceUnavailable": LaunchAction.RETRY,
     "Unavailable": LaunchAction.RETRY,
 }
+
+# Authorization errors that, on a spot request, may be about spot alone (a fresh account
+# without AWSServiceRoleForEC2Spot): on-demand is tried next, and fails on its own if the
+# permission is missing there too.
+SPOT_AUTH_ERRORS = frozenset({"UnauthorizedOperation", "AuthFailure"})
 
 # Code shown for a request that never got an answer (connection refused, reset, timed out).
 # Retrying it is safe: every RunInstances call carries a ClientToken.

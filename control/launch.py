@@ -29,7 +29,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -37,6 +37,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from contract.layout import TAG_CAMPAIGN, TAG_SHARD, spec_key, status_parameter_name
 from control.aws import AwsClients
 from control.errors import (
+    SPOT_AUTH_ERRORS,
     ControlError,
     LaunchAction,
     LaunchError,
@@ -351,6 +352,8 @@ class _ShardLauncher:
                 response = self.clients.launch_ec2.run_instances(**request)
             except (ClientError, BotoCoreError) as exc:
                 error = classify_launch_error(exc)
+                if market == "spot" and error.code in SPOT_AUTH_ERRORS:
+                    error = replace(error, action=LaunchAction.SWITCH_MARKET)
             else:
                 instance = response["Instances"][0]
                 self._record(

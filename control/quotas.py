@@ -28,8 +28,10 @@ __all__ = [
     "QuotaCheck",
     "QuotaGroup",
     "check_quotas",
+    "quota_checks",
     "quota_group",
     "quota_increase_command",
+    "quota_problem",
 ]
 
 
@@ -95,13 +97,9 @@ def quota_increase_command(quota_code: str, vcpus: int | str) -> str:
     )
 
 
-def check_quotas(clients: AwsClients, spec: CampaignSpec) -> list[QuotaCheck]:
-    """Compare the spec's vCPUs per group with the spot and on-demand quotas.
-
-    Raises:
-        ControlError: for some group neither market's quota covers the campaign (the message
-            names the quota and the command that asks for more).
-    """
+def quota_checks(clients: AwsClients, spec: CampaignSpec) -> list[QuotaCheck]:
+    """The spec's vCPUs per group (every shard at once) against the spot and on-demand
+    quotas, both markets of a group side by side; nothing raised for a quota too low."""
     vcpus = _vcpus(clients, sorted({s.instance_type for s in spec.shards}))
     needed: dict[QuotaGroup, int] = {}
     for shard in spec.shards:
@@ -113,14 +111,33 @@ def check_quotas(clients: AwsClients, spec: CampaignSpec) -> list[QuotaCheck]:
         for market, code in (("spot", group.spot), ("on-demand", group.on_demand)):
             value, note = _quota(clients, code)
             checks.append(QuotaCheck(group, market, code, count, value, note))
-        spot, on_demand = checks[-2], checks[-1]
-        if spot.ok is False and on_demand.ok is False:
-            raise ControlError(
-                f"quota: the campaign needs {count} {group.name} vCPUs at once but the spot "
-                f"quota ({spot.quota_code}) is {spot.quota_vcpus:g} and the on-demand quota "
-                f"({on_demand.quota_code}) is {on_demand.quota_vcpus:g}; ask for more: "
-                f"{quota_increase_command(on_demand.quota_code, count)}"
-            )
+    return checks
+
+
+def quota_problem(spot: QuotaCheck, on_demand: QuotaCheck) -> str | None:
+    """The one line for a group whose quota covers the campaign in neither market."""
+    if spot.ok is not False or on_demand.ok is not False:
+        return None
+    return (
+        f"quota: the campaign needs {on_demand.needed_vcpus} {on_demand.group.name} vCPUs at "
+        f"once but the spot quota ({spot.quota_code}) is {spot.quota_vcpus:g} and the "
+        f"on-demand quota ({on_demand.quota_code}) is {on_demand.quota_vcpus:g}; ask for "
+        f"more: {quota_increase_command(on_demand.quota_code, on_demand.needed_vcpus)}"
+    )
+
+
+def check_quotas(clients: AwsClients, spec: CampaignSpec) -> list[QuotaCheck]:
+    """`quota_checks`, raising for a group neither market's quota covers.
+
+    Raises:
+        ControlError: for some group neither market's quota covers the campaign (the message
+            names the quota and the command that asks for more).
+    """
+    checks = quota_checks(clients, spec)
+    for spot, on_demand in zip(checks[::2], checks[1::2], strict=True):
+        problem = quota_problem(spot, on_demand)
+        if problem is not None:
+            raise ControlError(problem)
     return checks
 
 

@@ -14,9 +14,13 @@ from dataclasses import dataclass
 from botocore.exceptions import ClientError
 
 from contract.layout import (
+    OUTPUT_AMI_PARAMETER,
     OUTPUT_BUCKET,
+    OUTPUT_HF_SECRET_ARN,
+    OUTPUT_INSTANCE_ROLE_ARN,
     OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND,
     OUTPUT_LAUNCH_TEMPLATE_SPOT,
+    OUTPUT_MAX_HOURS,
     OUTPUT_STATUS_PREFIX,
     OUTPUT_SUBNETS_BY_AZ,
     STATUS_PARAMETER_PREFIX,
@@ -44,6 +48,11 @@ class StackOutputs:
         on_demand_launch_template: the on-demand launch template's id.
         subnets_by_az: zone name -> public subnet id, in the stack's zone order.
         status_prefix: the SSM path the agents publish status under (`/bench/`).
+        hf_secret_arn: the Hugging Face token secret (None: a stack without the output).
+        max_hours: the instances' power-off backstop (None: a stack deployed before it was
+            an output).
+        instance_role_arn: the instances' role (None: likewise).
+        ami_parameter: the SSM parameter the launch templates resolve (None: likewise).
     """
 
     stack_name: str
@@ -52,6 +61,10 @@ class StackOutputs:
     on_demand_launch_template: str
     subnets_by_az: Mapping[str, str]
     status_prefix: str
+    hf_secret_arn: str | None = None
+    max_hours: int | None = None
+    instance_role_arn: str | None = None
+    ami_parameter: str | None = None
 
 
 def find_stack(clients: AwsClients, stack_name: str, *, bucket: str | None = None) -> StackOutputs:
@@ -110,6 +123,10 @@ def find_stack(clients: AwsClients, stack_name: str, *, bucket: str | None = Non
         on_demand_launch_template=need(OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND),
         subnets_by_az={str(az): str(subnet) for az, subnet in subnets.items()},
         status_prefix=outputs.get(OUTPUT_STATUS_PREFIX) or STATUS_PARAMETER_PREFIX,
+        hf_secret_arn=outputs.get(OUTPUT_HF_SECRET_ARN) or None,
+        max_hours=_int_or_none(outputs.get(OUTPUT_MAX_HOURS)),
+        instance_role_arn=outputs.get(OUTPUT_INSTANCE_ROLE_ARN) or None,
+        ami_parameter=outputs.get(OUTPUT_AMI_PARAMETER) or None,
     )
     if bucket is not None and bucket != found.bucket:
         raise ControlError(
@@ -151,6 +168,13 @@ def check_bucket(clients: AwsClients, name: str) -> None:
         if code in {"403", "AccessDenied", "Forbidden"}:
             raise ControlError(f"bucket {name}: access denied to these credentials") from exc
         raise
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
 
 
 def _stack_exists(clients: AwsClients, stack_name: str) -> bool:

@@ -3,18 +3,20 @@
 `contract.spec` checks the spec's structure; this checks what only the recipes know: every
 arm names an engine and an arm spelling it has, its setting overrides are settings it has,
 a drafter arm is one the engine can run on the shard's GPU, and the model (and drafter)
-has a source for that engine, and every `sources` key is an engine name (or `default`): an
-arm name there would silently fall back to the default source. The agent and the launcher
-both call it; `bench run` also asks `arms_needing_gpu` before running anything here.
+has a source for that engine, every `sources` key is an engine name (or `default`): an
+arm name there would silently fall back to the default source, and `engine_versions` names
+engines that exist. The agent and the launcher both call it; `bench run` also asks
+`arms_needing_gpu` before running anything here; `campaign_recipe` is the recipe an arm runs
+with, the spec's version override applied.
 """
 
 from __future__ import annotations
 
 from contract.gpus import gpu_family
 from contract.spec import LOCAL_INSTANCE_TYPE, CampaignSpec, SpecError
-from engines.recipes import RECIPES, RecipeError, check_arm, recipe_for_arm
+from engines.recipes import RECIPES, EngineRecipe, RecipeError, check_arm, recipe_for_arm
 
-__all__ = ["arms_needing_gpu", "check_campaign", "shard_compute_capability"]
+__all__ = ["arms_needing_gpu", "campaign_recipe", "check_campaign", "shard_compute_capability"]
 
 DEFAULT_SOURCE = "default"
 
@@ -38,6 +40,12 @@ def check_campaign(spec: CampaignSpec) -> CampaignSpec:
                 f"{table}.sources: {', '.join(repr(k) for k in unknown)} is not an engine name "
                 f"(engines: {', '.join(sorted(RECIPES))}; or {DEFAULT_SOURCE!r})"
             )
+    for engine, version in spec.engine_versions.items():
+        if engine not in RECIPES:
+            known = ", ".join(sorted(RECIPES))
+            raise SpecError(f"engine_versions.{engine}: unknown engine (known: {known})")
+        if not version.strip():
+            raise SpecError(f"engine_versions.{engine}: empty version")
     for shard in spec.shards:
         gpu_cc = shard_compute_capability(shard.instance_type)
         for arm in shard.arms:
@@ -60,3 +68,11 @@ def arms_needing_gpu(spec: CampaignSpec) -> list[str]:
     """Arms whose engine cannot run without an NVIDIA GPU, in spec order."""
     arms = [arm for shard in spec.shards for arm in shard.arms]
     return [arm for arm in dict.fromkeys(arms) if recipe_for_arm(arm).requires_gpu]
+
+
+def campaign_recipe(spec: CampaignSpec, arm: str) -> EngineRecipe:
+    """The recipe `arm` runs with in this campaign: its engine's, at the spec's version if the
+    spec overrides it (`engine_versions`). Raises RecipeError for an unknown arm."""
+    recipe = recipe_for_arm(arm)
+    version = spec.engine_versions.get(recipe.name)
+    return recipe if version is None else recipe.model_copy(update={"version": version})

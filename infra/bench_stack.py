@@ -17,10 +17,13 @@ from contract.layout import (
     AGENT_ENV_BUCKET,
     AGENT_ENV_HF_SECRET_ID,
     AGENT_ENV_REGION,
+    OUTPUT_AMI_PARAMETER,
     OUTPUT_BUCKET,
     OUTPUT_HF_SECRET_ARN,
+    OUTPUT_INSTANCE_ROLE_ARN,
     OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND,
     OUTPUT_LAUNCH_TEMPLATE_SPOT,
+    OUTPUT_MAX_HOURS,
     OUTPUT_STATUS_PREFIX,
     OUTPUT_SUBNETS_BY_AZ,
     STATUS_PARAMETER_PREFIX,
@@ -125,6 +128,9 @@ class BenchStack(Stack):
                 "secret to put the Hugging Face token in (README)",
             ),
             OUTPUT_STATUS_PREFIX: (STATUS_PARAMETER_PREFIX, "SSM status parameter prefix"),
+            OUTPUT_MAX_HOURS: (str(settings.max_hours), "hours after boot an instance powers off"),
+            OUTPUT_INSTANCE_ROLE_ARN: (self.identity.role.role_arn, "the instances' role"),
+            OUTPUT_AMI_PARAMETER: (settings.ami_parameter, "SSM parameter naming the AMI"),
         }
         for key, (value, text) in outputs.items():
             if value is None:  # launch_template_id is optional in the type, set for ours

@@ -9,24 +9,33 @@ Where the prices come from, in order (`--prices auto`, the default):
 2. The dated table shipped beside this module (`prices.toml`), named in the report, for the
    on-demand price only; a spot shard's price then shows as not available, never guessed.
 
+The price records, the table reader and the price-list parser are `contract.prices` (the
+launcher's `bench plan` prices with them too); this module adds what a finished run paid.
+
 `--prices table` never calls AWS; `--prices aws` reports AWS errors instead of falling back.
 Every call has short timeouts and few retries: a report must not hang on a dead network.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
-import tomllib
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from contract.errors import BenchError
+from contract.prices import (
+    PRICING_REGION,
+    SPOT_PRODUCTS,
+    HourlyPrice,
+    PriceError,
+    TablePrices,
+    on_demand_from_price_list,
+    price_list_filters,
+)
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -47,34 +56,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_TABLE = Path(__file__).with_name("prices.toml")
-# The Price List query API answers in us-east-1 (also ap-south-1, eu-central-1).
-PRICING_REGION = "us-east-1"
 PriceMode = Literal["auto", "aws", "table"]
-# What a plain Linux on-demand instance is called in the price list (the filters that leave
-# exactly one product per type and region: no SQL/Windows, no dedicated host, no capacity
-# reservation line items).
-_PRICE_LIST_FILTERS: Mapping[str, str] = {
-    "operatingSystem": "Linux",
-    "tenancy": "Shared",
-    "preInstalledSw": "NA",
-    "capacitystatus": "Used",
-    "licenseModel": "No License required",
-}
-_SPOT_PRODUCTS = ("Linux/UNIX", "Linux/UNIX (Amazon VPC)")
 _TAG = re.compile(r"<[^>]*>")
-
-
-class PriceError(BenchError, RuntimeError):
-    """AWS could not give a price (no permission, no network, an unknown type)."""
-
-
-@dataclass(frozen=True, slots=True)
-class HourlyPrice:
-    instance_type: str
-    region: str
-    usd_per_hour: float
-    source: str  # where it came from, as the report names it
-    as_of: str  # the table's date, or the price list's publication date
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,87 +140,6 @@ def spot_paid_over(
     )
 
 
-class TablePrices:
-    """The shipped price table (or another file of the same layout)."""
-
-    def __init__(self, path: Path = DEFAULT_TABLE) -> None:
-        self.path = path
-        try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise PriceError(f"price table {path}: {exc}") from exc
-        table = data.get("table", {})
-        self.name: str = table.get("name", path.name)
-        self.as_of: str = table.get("as_of", "undated")
-        self._prices: dict[tuple[str, str], tuple[float, str]] = {}
-        for entry in data.get("on_demand", []):
-            key = (entry["region"], entry["instance_type"])
-            self._prices[key] = (float(entry["usd_per_hour"]), entry.get("source", ""))
-        self.notes: list[str] = []
-
-    @property
-    def label(self) -> str:
-        return f"price table {self.name}, dated {self.as_of}"
-
-    def on_demand(self, instance_type: str, region: str) -> HourlyPrice | None:
-        found = self._prices.get((region, instance_type))
-        if found is None:
-            return None
-        usd, source = found
-        return HourlyPrice(
-            instance_type=instance_type,
-            region=region,
-            usd_per_hour=usd,
-            source=self.label + (f": {source}" if source else ""),
-            as_of=self.as_of,
-        )
-
-    def spot_paid(
-        self, instance_type: str, availability_zone: str, start_unix_s: float, end_unix_s: float
-    ) -> SpotPaid | None:
-        # A table cannot know what a given run paid: say so rather than guess.
-        return None
-
-
-def on_demand_from_price_list(
-    price_list: Sequence[str], instance_type: str, region: str
-) -> HourlyPrice | None:
-    """The hourly on-demand USD price from GetProducts' `PriceList` (JSON strings).
-
-    Products whose attributes contradict the filters are skipped (a filter the API ignored
-    must not pick a Windows or dedicated price). Raises PriceError if what is left does not
-    agree on one price.
-    """
-    found: dict[float, str] = {}
-    for text in price_list:
-        product = json.loads(text)
-        attributes = product.get("product", {}).get("attributes", {})
-        if attributes.get("instanceType") != instance_type:
-            continue
-        if attributes.get("regionCode", region) != region:
-            continue
-        if any(attributes.get(k, v) != v for k, v in _PRICE_LIST_FILTERS.items()):
-            continue
-        for term in product.get("terms", {}).get("OnDemand", {}).values():
-            for dimension in term.get("priceDimensions", {}).values():
-                usd = dimension.get("pricePerUnit", {}).get("USD")
-                if dimension.get("unit") == "Hrs" and usd is not None and float(usd) > 0:
-                    found[float(usd)] = product.get("publicationDate", "")
-    if not found:
-        return None
-    if len(found) > 1:
-        prices = ", ".join(f"${p:g}" for p in sorted(found))
-        raise PriceError(f"{instance_type} in {region}: the price list gives {prices}")
-    usd, published = next(iter(found.items()))
-    return HourlyPrice(
-        instance_type=instance_type,
-        region=region,
-        usd_per_hour=usd,
-        source="AWS Price List API (GetProducts, AmazonEC2)",
-        as_of=published[:10] or datetime.now(UTC).date().isoformat(),
-    )
-
-
 @dataclass
 class AwsPrices:
     """Prices from AWS: the Price List API and the EC2 spot price history."""
@@ -260,14 +162,7 @@ class AwsPrices:
     def on_demand(self, instance_type: str, region: str) -> HourlyPrice | None:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        filters = [
-            {"Type": "TERM_MATCH", "Field": "instanceType", "Value": instance_type},
-            {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region},
-            *(
-                {"Type": "TERM_MATCH", "Field": k, "Value": v}
-                for k, v in _PRICE_LIST_FILTERS.items()
-            ),
-        ]
+        filters = price_list_filters(instance_type, region)
         try:
             client = self._client("pricing", PRICING_REGION)
             price_list: list[str] = []
@@ -290,7 +185,7 @@ class AwsPrices:
             points: list[SpotPoint] = []
             for page in client.get_paginator("describe_spot_price_history").paginate(
                 InstanceTypes=[instance_type],
-                ProductDescriptions=list(_SPOT_PRODUCTS),
+                ProductDescriptions=list(SPOT_PRODUCTS),
                 AvailabilityZone=availability_zone,
                 StartTime=datetime.fromtimestamp(start_unix_s, UTC),
                 EndTime=datetime.fromtimestamp(end_unix_s, UTC),
@@ -300,7 +195,7 @@ class AwsPrices:
                     # API double (and EC2-Classic-era accounts) may answer more broadly.
                     if entry.get("AvailabilityZone") != availability_zone:
                         continue
-                    if entry.get("ProductDescription") not in _SPOT_PRODUCTS:
+                    if entry.get("ProductDescription") not in SPOT_PRODUCTS:
                         continue
                     stamp = entry["Timestamp"]
                     when = stamp.timestamp() if isinstance(stamp, datetime) else float(stamp)

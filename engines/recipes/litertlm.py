@@ -1,4 +1,4 @@
-"""Google's LiteRT-LM 0.19.0 (`litert-lm serve`), serving a .litertlm file one request at a time.
+"""Google's LiteRT-LM 0.18.1 (`litert-lm serve`), serving a .litertlm file one request at a time.
 
 `litert-lm serve` takes only host, port and a config file: backend, token budget,
 thinking and the drafter are per-model options in that JSON file (its "default" section),
@@ -6,9 +6,11 @@ which render writes into the job's workdir. The engine loads lazily on the first
 completion, so /v1/models answers 200 long before it can serve (there is no /health):
 the readiness check's first real completion is what counts here.
 
-Version: the seeds ran 0.19.0. PyPI, the one registry reachable here, had 0.18.1 as its
-newest release when this was written (and 0.19.0 only as litert-lm-nightly dev builds), so
-the pin may not install until 0.19.0 is published; the parser check ran on 0.18.1.
+Version: the seeds ran 0.19.0, which PyPI does not publish (0.18.1 is its newest release;
+0.19.0 exists only as litert-lm-nightly dev builds), so the pin is 0.18.1, the newest that
+installs; the parser check ran on it. A campaign that wants the seeds' version once it is
+published says so in its spec (`[engine_versions] litert-lm = "0.19.0"`, `SEED_VERSION`);
+`bench plan` checks that whatever version is asked for resolves on PyPI first.
 
 Thinking off is `reasoning_effort: "none"` per request (LiteRT-LM ignores
 chat_template_kwargs) and `thinking: false` in the config. The drafter is the one built
@@ -27,9 +29,10 @@ from engines.recipes.schema import (
     SettingSpec,
 )
 
-__all__ = ["CONFIG_NAME", "RECIPE"]
+__all__ = ["CONFIG_NAME", "RECIPE", "SEED_VERSION"]
 
 CONFIG_NAME = "litert-lm-config.json"
+SEED_VERSION = "0.19.0"  # the seeds' release; not on PyPI when this was pinned
 
 RECIPE = EngineRecipe(
     name="litert-lm",
@@ -39,14 +42,14 @@ RECIPE = EngineRecipe(
         "int248": "Google's gemma-4-E2B-it.litertlm (int2/4/8 weights)",
         "q40": "the exact Q4_0 build converted from the QAT weights",
     },
-    version="0.19.0",
-    version_note="PyPI's newest litert-lm release here is 0.18.1; 0.19.0 is the seeds' pin",
+    version="0.18.1",
+    version_note=f"PyPI's newest litert-lm release; the seeds ran {SEED_VERSION} (unpublished)",
     install=(
         InstallStep(
             name="pip litert-lm",
             kind="pip",
             argv=("{python}", "-m", "pip", "install", "litert-lm=={version}"),
-            why="the seeds' pinned release (GPU through WebGPU on Vulkan)",
+            why="the newest published release (GPU through WebGPU on Vulkan)",
         ),
     ),
     serve=(

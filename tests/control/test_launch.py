@@ -157,16 +157,51 @@ def test_endless_throttling_gives_up_on_the_subnet_after_the_retry_limit(
 
 def test_an_unknown_error_fails_fast(clients: AwsClients, stack: StackOutputs, tmp_path: Path):
     script = RunInstancesScript(
-        stack, {("spot", "us-east-1a"): [("UnauthorizedOperation", 403)]}
+        stack, {("spot", "us-east-1a"): [("InvalidParameterValue", 400)]}
     ).install(clients.launch_ec2)
     result, lines, sleeps = _launch(clients, stack, tmp_path, [("s0", "g6.xlarge")])
     assert len(script.sent) == 1 and sleeps == []
     assert result.shards[0].outcome == "failed"
-    assert result.shards[0].error == "UnauthorizedOperation: injected"
+    assert result.shards[0].error == "InvalidParameterValue: injected"
     assert lines == [
         f"s0: {stack.subnets_by_az['us-east-1a']} (us-east-1a) spot: "
-        "❌ UnauthorizedOperation: injected -> fail"
+        "❌ InvalidParameterValue: injected -> fail"
     ]
+    assert live_instances() == []
+
+
+@pytest.mark.parametrize(
+    "code", ["AuthFailure.ServiceLinkedRoleCreationNotPermitted", "UnauthorizedOperation"]
+)
+def test_a_spot_only_authorization_error_tries_on_demand(
+    clients: AwsClients, stack: StackOutputs, tmp_path: Path, code: str
+):
+    # A fresh account without the spot service-linked role refuses spot requests only.
+    script = RunInstancesScript(stack, {("spot", "us-east-1a"): [(code, 403)]}).install(
+        clients.launch_ec2
+    )
+    result, lines, _ = _launch(clients, stack, tmp_path, [("s0", "g6.xlarge")])
+    assert [(s.market, s.zone) for s in script.sent] == [
+        ("spot", "us-east-1a"),
+        ("on-demand", "us-east-1a"),
+    ]
+    assert lines[0].endswith("-> switch market")
+    assert result.shards[0].outcome == "launched" and result.shards[0].market == "on-demand"
+
+
+def test_an_authorization_error_on_demand_too_fails(
+    clients: AwsClients, stack: StackOutputs, tmp_path: Path
+):
+    script = RunInstancesScript(
+        stack,
+        {
+            ("spot", "us-east-1a"): [("UnauthorizedOperation", 403)],
+            ("on-demand", "us-east-1a"): [("UnauthorizedOperation", 403)],
+        },
+    ).install(clients.launch_ec2)
+    result, _, _ = _launch(clients, stack, tmp_path, [("s0", "g6.xlarge")])
+    assert len(script.sent) == 2 and result.shards[0].outcome == "failed"
+    assert result.shards[0].error == "UnauthorizedOperation: injected"
     assert live_instances() == []
 
 

@@ -79,7 +79,7 @@ def test_versions_are_pinned_and_llamacpp_matches_what_is_built():
     assert get_recipe("vllm").version == "0.33.0"
     assert get_recipe("sglang").version == "0.5.23"
     assert get_recipe("mistralrs").version == "v0.9.5"
-    assert get_recipe("litert-lm").version == "0.19.0"
+    assert get_recipe("litert-lm").version == "0.18.1"
     # llama.cpp: the recipe pins what engines/builds builds (the sdist's vendored commit),
     # and keeps the seeds' commit beside it so a report can say they differ.
     llama = get_recipe("llamacpp")
