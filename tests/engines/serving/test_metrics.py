@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engines.pytorch.metrics import EngineMetrics
+from engines.serving.metrics import EngineMetrics
 
 
 def test_render_counters_gauges_and_cumulative_histograms() -> None:
