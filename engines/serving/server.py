@@ -136,7 +136,7 @@ def _chat_prompt(
 ) -> str:
     try:
         rendered = [m.to_template() for m in messages]
-        return state.model.tokenizer.apply_chat_template(
+        text = state.model.tokenizer.apply_chat_template(
             rendered,
             tokenize=False,
             add_generation_prompt=add_generation_prompt,
@@ -146,6 +146,7 @@ def _chat_prompt(
         raise ApiError(400, str(e), "messages") from None
     except Exception as e:  # jinja errors from a template: the request's messages or kwargs
         raise ApiError(400, f"chat template failed: {e}", "messages") from None
+    return str(text)  # tokenize=False: the rendered text
 
 
 def _sampling_params(
