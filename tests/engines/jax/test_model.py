@@ -54,3 +54,28 @@ def test_other_architectures_are_refused_in_one_line() -> None:
     config = RANDOM_MODELS["tiny"].build_config(build_byte_tokenizer())
     with pytest.raises(ValueError, match="serves Gemma 4 text models; this config is 'llama'"):
         gemma.spec_from_config(config)
+
+
+def test_cli_refuses_a_bad_model_in_one_line() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    argv = [sys.executable, "-m", "engines.jax", "--model", "random:nope", "--device", "cpu"]
+    done = subprocess.run(
+        argv,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if "error" in line]
+    assert lines == [
+        "engines.jax: error: --model: unknown random model random:nope; known: "
+        "random:tiny, random:tiny-gemma4, random:gemma-4-e2b"
+    ], done.stderr
+    assert "Traceback" not in done.stderr
