@@ -256,7 +256,8 @@ class JaxRunner:
         ]
         return out
 
-    def _jit(self, kind: str, t: int, k: int) -> Any:
+    def compile_program(self, kind: str, t: int, k: int) -> Any:
+        """One program of the ladder, compiled (not kept: `compile_all` keeps them)."""
         spec, params = self.spec, self.loaded.params
         i32 = jnp.int32
         if kind == "decode":
@@ -289,7 +290,7 @@ class JaxRunner:
         t0 = time.monotonic()
         done = 0
         with jax.default_device(self.loaded.device), ThreadPoolExecutor(max(1, threads)) as pool:
-            futures = {pool.submit(self._jit, *p): p for p in todo}
+            futures = {pool.submit(self.compile_program, *p): p for p in todo}
             for future in futures:
                 kind, t, k = futures[future]
                 compiled = future.result()
