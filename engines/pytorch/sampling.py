@@ -15,30 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-# Below this a temperature is treated as greedy (as vLLM does), so that 1e-9 does not
-# divide the logits into infinities.
-GREEDY_EPS = 1e-5
-
-
-@dataclass(frozen=True)
-class SamplingParams:
-    """Everything that decides which tokens a request gets and when it stops."""
-
-    max_tokens: int
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0  # 0 or -1: no top-k
-    seed: int | None = None
-    min_tokens: int = 0
-    ignore_eos: bool = False
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
-    include_stop_str_in_output: bool = False
-    skip_special_tokens: bool = True
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature < GREEDY_EPS
+from engines.serving.requests import SamplingParams as SamplingParams
 
 
 @dataclass
@@ -69,13 +46,7 @@ class SamplerState:
 
     def banned_ids(self, num_generated: int) -> list[int]:
         """Ids this request may not draw now."""
-        banned: set[int] = set()
-        if self.params.ignore_eos:
-            banned.update(self.eos_token_ids)
-        if num_generated < self.params.min_tokens:
-            banned.update(self.stop_ids)
-            banned.update(self.eos_token_ids)
-        return sorted(banned)
+        return self.params.banned_ids(num_generated, self.eos_token_ids, self.stop_ids)
 
 
 def _sample_row(logits: torch.Tensor, state: SamplerState) -> int:

@@ -42,50 +42,23 @@ from typing import Any, cast
 
 import torch
 
-from engines.pytorch.detokenizer import TextStream
-from engines.pytorch.metrics import EngineMetrics
 from engines.pytorch.profiling import DecodeProfiler
 from engines.pytorch.runner import ModelRunner
 from engines.pytorch.sampling import (
     SamplerState,
-    SamplingParams,
     choose_token,
     choose_tokens,
     greedy_token_tensor,
 )
+from engines.serving.detokenizer import TextStream
+from engines.serving.metrics import EngineMetrics
+from engines.serving.requests import Deliver as Deliver
+from engines.serving.requests import GenerationRequest as GenerationRequest
+from engines.serving.requests import StepOutput as StepOutput
 
 log = logging.getLogger(__name__)
 
 IDLE_POLL_S = 0.1
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """What the HTTP layer asks for: prompt ids and sampling parameters."""
-
-    request_id: str
-    prompt_ids: tuple[int, ...]
-    params: SamplingParams
-
-
-@dataclass(frozen=True)
-class StepOutput:
-    """One request's news from one step: its new token and text, and how it ended."""
-
-    text: str
-    token_ids: tuple[int, ...]
-    prompt_tokens: int
-    completion_tokens: int
-    finish_reason: str | None = None  # "stop", "length", "error"
-    stop_reason: str | int | None = None  # the stop string or stop token id, as vLLM
-    error: str | None = None
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-
-Deliver = Callable[[list[tuple[object, StepOutput]]], None]
 
 
 @dataclass

@@ -12,7 +12,7 @@ engine cannot run are `RecipeError`s whose one-line message names the engine and
 
 from __future__ import annotations
 
-from engines.recipes import litertlm, llamacpp, mistralrs, pytorch, sglang, vllm
+from engines.recipes import jax, litertlm, llamacpp, mistralrs, pytorch, sglang, vllm
 from engines.recipes.render import (
     Arm,
     RecipeError,
@@ -52,6 +52,7 @@ RECIPES: dict[str, EngineRecipe] = {
         sglang.RECIPE,
         mistralrs.RECIPE,
         pytorch.RECIPE,
+        jax.RECIPE,
         litertlm.RECIPE,
     )
 }

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import torch
 
-from engines.pytorch.metrics import EngineMetrics
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 from engines.pytorch.sampling import SamplingParams
 from engines.pytorch.scheduler import GenerationRequest, Scheduler, StepOutput
+from engines.serving.metrics import EngineMetrics
 
 
 @pytest.fixture(scope="module")

@@ -203,7 +203,7 @@ def test_multimodal_gemma4_class_gets_the_program_on_its_text_decoder() -> None:
     from transformers import AutoModelForCausalLM, Gemma4Config
 
     from engines.pytorch.model import RANDOM_MODELS
-    from engines.pytorch.tokenizer import build_byte_tokenizer, generation_ids
+    from engines.serving.tokenizer import build_byte_tokenizer, generation_ids
 
     tok = build_byte_tokenizer()
     text_config = RANDOM_MODELS["tiny-gemma4"].build_config(tok)

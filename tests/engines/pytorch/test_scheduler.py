@@ -10,10 +10,10 @@ from typing import Any
 
 import torch
 
-from engines.pytorch.metrics import EngineMetrics
 from engines.pytorch.sampling import SamplingParams
 from engines.pytorch.scheduler import GenerationRequest, Scheduler, StepOutput
-from engines.pytorch.tokenizer import build_byte_tokenizer
+from engines.serving.metrics import EngineMetrics
+from engines.serving.tokenizer import build_byte_tokenizer
 
 VOCAB = 263
 POISON_PROMPT = 99  # a prompt starting with this id fails in prefill

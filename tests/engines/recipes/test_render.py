@@ -71,6 +71,7 @@ def test_ports_are_the_seeds():
         "mistralrs": 8020,
         "sglang": 8030,
         "pytorch": 8100,
+        "jax": 8200,
         "litert-lm": 9379,
     }
 
@@ -232,7 +233,7 @@ def test_hf_token_never_reaches_argv(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         for step in render_install(get_recipe(engine), gpu):
             assert secret not in json.dumps(step.model_dump())
     hub = [r.name for r in RECIPES.values() if "HF_TOKEN" in r.env_names]
-    assert sorted(hub) == ["mistralrs", "pytorch", "sglang", "vllm"]
+    assert sorted(hub) == ["jax", "mistralrs", "pytorch", "sglang", "vllm"]
 
 
 # -- bad input: one line, naming the engine and the reason --------------------------
@@ -312,7 +313,7 @@ def test_config_file_engine_needs_a_workdir():
 
 def test_drafter_refusals_are_where_the_seeds_put_them():
     refused = {n for n, r in RECIPES.items() if isinstance(r.drafter, DrafterRefusal)}
-    assert refused == {"mistralrs", "pytorch"}
+    assert refused == {"mistralrs", "pytorch", "jax"}
 
 
 def test_no_code_path_compares_an_engine_name():

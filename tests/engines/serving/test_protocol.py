@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from engines.pytorch.protocol import (
+from engines.serving.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
     ResponseShapes,
     TokenizeRequest,
     validation_message,
 )
-from engines.pytorch.scheduler import StepOutput
+from engines.serving.requests import StepOutput
 
 
 def _message(model: type, data: dict) -> str:

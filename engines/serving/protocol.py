@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from contract.errors import BenchError
-from engines.pytorch.scheduler import StepOutput
+from engines.serving.requests import StepOutput
 
 
 class ApiError(BenchError):

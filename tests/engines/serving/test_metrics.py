@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engines.pytorch.metrics import EngineMetrics
+from engines.serving.metrics import EngineMetrics
 
 
 def test_render_counters_gauges_and_cumulative_histograms() -> None:
@@ -33,3 +33,13 @@ def test_render_counters_gauges_and_cumulative_histograms() -> None:
     assert 'pytorch_engine_decode_batch_size_bucket{le="2.0",model_name="random:tiny"} 1' in lines
     assert "# TYPE pytorch_engine_step_seconds histogram" in lines
     assert text.endswith("\n")
+
+
+def test_each_engine_names_its_prefix_and_adds_gauges_of_its_own() -> None:
+    m = EngineMetrics("random:tiny-gemma4", prefix="jax_engine")
+    m.set_gauge("compiled_buckets", "Shape buckets compiled.", 3)
+    m.set_gauge("compiled_buckets", "Shape buckets compiled.", 4)
+    lines = m.render().splitlines()
+    assert 'jax_engine_compiled_buckets{model_name="random:tiny-gemma4"} 4.0' in lines
+    assert "# TYPE jax_engine_compiled_buckets gauge" in lines
+    assert not any(line.startswith(("pytorch_engine", "# TYPE pytorch")) for line in lines)

@@ -1,7 +1,9 @@
 """The engine's Prometheus metrics and their text exposition (format 0.0.4).
 
 A handful of counters, gauges and histograms, written by the scheduler thread and read
-by the HTTP thread under one lock; no client library is needed for this little.
+by the HTTP thread under one lock; no client library is needed for this little. Each
+engine names its own prefix (`pytorch_engine`, `jax_engine`) and may add gauges of its
+own (`set_gauge`: the JAX engine's compiled buckets).
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-PREFIX = "pytorch_engine"
 STEP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -45,8 +46,10 @@ class _Histogram:
 class EngineMetrics:
     """What the engine reports: queue sizes, tokens, requests, and time per step."""
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, prefix: str = "pytorch_engine") -> None:
         self._lock = threading.Lock()
+        self.prefix = prefix
+        self._gauges: dict[str, tuple[str, float]] = {}
         self._base = {"model_name": model_name}
         self.running = 0
         self.waiting = 0
@@ -102,20 +105,25 @@ class EngineMetrics:
         with self._lock:
             self.kv_cache_bytes = n
 
+    def set_gauge(self, name: str, help_text: str, value: float) -> None:
+        """An engine's own gauge, rendered after the common metrics."""
+        with self._lock:
+            self._gauges[name] = (help_text, value)
+
     def render(self) -> str:
         lines: list[str] = []
 
         def metric(
             name: str, kind: str, help_text: str, samples: list[tuple[dict[str, str], float]]
         ) -> None:
-            full = f"{PREFIX}_{name}"
+            full = f"{self.prefix}_{name}"
             lines.append(f"# HELP {full} {help_text}")
             lines.append(f"# TYPE {full} {kind}")
             for labels, value in samples:
                 lines.append(f"{full}{_labels({**self._base, **labels})} {_num(value)}")
 
         def histogram(name: str, help_text: str, hists: dict[str, _Histogram], label: str) -> None:
-            full = f"{PREFIX}_{name}"
+            full = f"{self.prefix}_{name}"
             lines.append(f"# HELP {full} {help_text}")
             lines.append(f"# TYPE {full} histogram")
             for key, h in hists.items():
@@ -197,4 +205,6 @@ class EngineMetrics:
                 "step_seconds", "Wall time of one model step, by phase.", self.step_seconds, "phase"
             )
             histogram("decode_batch_size", "Rows in one decode step.", {"": self.batch_size}, "")
+            for name, (help_text, value) in sorted(self._gauges.items()):
+                metric(name, "gauge", help_text, [({}, value)])
         return "\n".join(lines) + "\n"

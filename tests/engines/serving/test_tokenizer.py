@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from engines.pytorch.tokenizer import (
+from engines.serving.tokenizer import (
     BOS,
     EOS,
     IM_END,

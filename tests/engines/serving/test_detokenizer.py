@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engines.pytorch.detokenizer import TextStream
-from engines.pytorch.tokenizer import build_byte_tokenizer
+from engines.serving.detokenizer import TextStream
+from engines.serving.tokenizer import build_byte_tokenizer
 
 
 def _feed(stream: TextStream, text: str) -> list[str]:

@@ -1,0 +1,373 @@
+"""The JAX engine's model runner: loading (random, folder or hub id), the bucket ladder,
+compiling every bucket before serving, and the two steps with the token choice.
+
+Shapes are fixed by buckets so each program compiles once: a prefill chunk is padded to
+the smallest prompt bucket that holds it and reads the smallest KV bucket that holds its
+last position; a decode step takes the running slots padded to the smallest batch bucket
+that holds them (padding rows write nothing) and reads the smallest KV bucket that holds
+the longest running sequence. `compile_all` builds every (prompt, KV) and (batch, KV)
+pair ahead of time, so no request ever waits for XLA.
+
+The greedy choice (with each row's banned ids) happens on the device inside the decode
+program; sampled rows (temperature > 0) are drawn on the host from their logits with the
+request's own numpy generator, seeded when the request gives a seed.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from engines.jax import model as gemma
+from engines.serving.random_models import DEFAULT_MAX_MODEL_LEN, RANDOM_MODELS, RANDOM_PREFIX
+from engines.serving.requests import SamplingParams
+from engines.serving.tokenizer import build_byte_tokenizer, generation_ids, stop_token_ids
+
+log = logging.getLogger(__name__)
+
+BANNED_PER_ROW = 8  # banned ids a row may have for the on-device greedy choice
+RANDOM_STD = 0.05  # as the PyTorch engine's random models: text varies with the context
+
+DTYPES = {
+    "float32": jnp.float32,
+    "fp32": jnp.float32,
+    "bfloat16": jnp.bfloat16,
+    "bf16": jnp.bfloat16,
+    "float16": jnp.float16,
+    "fp16": jnp.float16,
+    "half": jnp.float16,
+}
+
+
+def resolve_device(spec: str) -> jax.Device:
+    """`auto`: the first GPU when JAX has one, else the CPU."""
+    if spec == "auto":
+        return jax.devices()[0]
+    kind, _, index = spec.partition(":")
+    if kind not in ("cpu", "cuda", "gpu"):
+        raise ValueError(f"--device: unknown device {spec!r}; use auto, cpu, cuda or cuda:N")
+    try:
+        devices = jax.devices("cpu" if kind == "cpu" else "gpu")
+    except RuntimeError as e:
+        raise ValueError(f"--device {spec}: JAX has no such backend ({e})") from None
+    return devices[int(index or 0)]
+
+
+def resolve_dtype(spec: str, device: jax.Device) -> Any:
+    """`auto`: bf16 on sm_80+, fp16 on older GPUs (sm_75 has no bf16 datapath), fp32 on CPU."""
+    if spec == "auto":
+        if device.platform == "gpu":
+            major = int(str(getattr(device, "compute_capability", "8.0")).split(".")[0])
+            return jnp.bfloat16 if major >= 8 else jnp.float16
+        return jnp.float32
+    if spec not in DTYPES:
+        raise ValueError(f"--dtype: unknown dtype {spec!r}; use auto or one of {sorted(DTYPES)}")
+    return DTYPES[spec]
+
+
+def ladder(max_len: int, smallest: int) -> list[int]:
+    """Powers of two from `smallest` up to and including `max_len`."""
+    out, size = [], smallest
+    while size < max_len:
+        out.append(size)
+        size *= 2
+    return [*out, max_len]
+
+
+@dataclass
+class LoadedGemma:
+    name: str
+    spec: gemma.GemmaSpec
+    params: gemma.Params
+    tokenizer: PreTrainedTokenizerBase
+    device: jax.Device
+    dtype: Any
+    max_model_len: int
+    eos_token_ids: list[int] = field(default_factory=list)
+    output_ids: list[int] | None = None
+
+
+def _folder_eos(folder: Path, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    import json
+
+    ids: list[int] = []
+    gen = folder / "generation_config.json"
+    candidates: list[Any] = []
+    if gen.exists():
+        candidates.append(json.loads(gen.read_text()).get("eos_token_id"))
+    candidates.append(tokenizer.eos_token_id)
+    for c in candidates:
+        for i in c if isinstance(c, list) else [c]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def load(
+    spec: str,
+    *,
+    dtype: str,
+    device: str,
+    seed: int,
+    max_model_len: int | None,
+    served_name: str | None,
+) -> LoadedGemma:
+    """`random:<name>`, a local Hugging Face folder, or a hub id, on the device."""
+    dev = resolve_device(device)
+    jdtype = resolve_dtype(dtype, dev)
+    output_ids: list[int] | None = None
+    with jax.default_device(dev):
+        if spec.startswith(RANDOM_PREFIX):
+            name = spec.removeprefix(RANDOM_PREFIX)
+            if name not in RANDOM_MODELS:
+                known = ", ".join(f"{RANDOM_PREFIX}{n}" for n in RANDOM_MODELS)
+                raise ValueError(f"--model: unknown random model {spec}; known: {known}")
+            random_spec = RANDOM_MODELS[name]
+            byte_tokenizer = build_byte_tokenizer()
+            tokenizer: PreTrainedTokenizerBase = byte_tokenizer
+            mspec = gemma.spec_from_config(random_spec.build_config(tokenizer))
+            on_host = dev.platform == "cpu"
+            params = gemma.random_params(mspec, jdtype, seed, RANDOM_STD, on_host)
+            native_len = random_spec.max_model_len
+            eos = stop_token_ids(byte_tokenizer)
+            output_ids = generation_ids(byte_tokenizer)
+        else:
+            folder = Path(spec).expanduser()
+            if not folder.exists():
+                from huggingface_hub import snapshot_download
+
+                patterns = ["*.json", "*.safetensors", "tokenizer*", "*.model", "*.jinja"]
+                folder = Path(snapshot_download(spec, allow_patterns=patterns))
+            config = gemma.read_config(folder)
+            mspec = gemma.spec_from_config(config)
+            tokenizer = AutoTokenizer.from_pretrained(str(folder))
+            params = gemma.load_params(folder, mspec, jdtype)
+            native_len = min(mspec.max_positions, DEFAULT_MAX_MODEL_LEN)
+            eos = _folder_eos(folder, tokenizer)
+    limit = native_len if max_model_len is None else max_model_len
+    if limit > max(native_len, mspec.max_positions):
+        raise ValueError(f"--max-model-len {limit} exceeds the model's {native_len} positions")
+    log.info(
+        "loaded %s: Gemma 4 text, %.1fM params, %s on %s, max_model_len %d, eos %s",
+        served_name or spec,
+        gemma.param_count(params) / 1e6,
+        jnp.dtype(jdtype).name,
+        dev,
+        limit,
+        eos,
+    )
+    return LoadedGemma(
+        name=served_name or spec,
+        spec=mspec,
+        params=params,
+        tokenizer=tokenizer,
+        device=dev,
+        dtype=jdtype,
+        max_model_len=limit,
+        eos_token_ids=eos,
+        output_ids=output_ids,
+    )
+
+
+def _choose_greedy(logits: jax.Array, banned: jax.Array) -> jax.Array:
+    rows = jnp.arange(logits.shape[0])[:, None]
+    return jnp.argmax(logits.at[rows, banned].set(-jnp.inf, mode="drop"), axis=-1)
+
+
+def sample_host(
+    logits: np.ndarray, params: SamplingParams, banned: Sequence[int], rng: np.random.Generator
+) -> int:
+    """One token from one row of logits (float32) on the host: temperature, top-k, top-p."""
+    row = logits.astype(np.float64)
+    if banned:
+        row[list(banned)] = -np.inf
+    if params.greedy:
+        return int(np.argmax(row))
+    row = row / params.temperature
+    if 0 < params.top_k < row.shape[0]:
+        kth = np.partition(row, -params.top_k)[-params.top_k]
+        row[row < kth] = -np.inf
+    row = np.exp(row - row.max())
+    probs = row / row.sum()
+    if params.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        sorted_probs = probs[order]
+        drop = np.cumsum(sorted_probs) - sorted_probs >= params.top_p
+        sorted_probs[drop] = 0.0
+        probs = np.zeros_like(probs)
+        probs[order] = sorted_probs
+        probs /= probs.sum()
+    return int(rng.choice(probs.shape[0], p=probs))
+
+
+class JaxRunner:
+    """The compiled programs over one model and its slot cache."""
+
+    def __init__(
+        self,
+        loaded: LoadedGemma,
+        *,
+        num_slots: int,
+        prefill_buckets: Sequence[int],
+        kv_buckets: Sequence[int],
+        batch_buckets: Sequence[int] = (1, 8),
+    ) -> None:
+        self.loaded = loaded
+        self.spec = loaded.spec
+        self.num_slots = num_slots
+        self.max_len = loaded.max_model_len
+        self.prefill_buckets = sorted(set(prefill_buckets))
+        self.kv_buckets = sorted({*(b for b in kv_buckets if b < self.max_len), self.max_len})
+        if self.prefill_buckets[-1] > self.kv_buckets[-1]:
+            raise ValueError("--prefill-buckets: a prompt bucket is longer than --max-model-len")
+        self.chunk = self.prefill_buckets[-1]
+        self.batch_buckets = sorted({*(b for b in batch_buckets if b < num_slots), num_slots})
+        dev = loaded.device
+        bias = np.zeros(self.spec.vocab_size, np.float32)
+        if loaded.output_ids is not None:
+            bias[:] = -np.inf
+            bias[loaded.output_ids] = 0.0
+        self.bias = jax.device_put(jnp.asarray(bias), dev)
+        self.cache = jax.device_put(
+            gemma.new_cache(self.spec, num_slots, self.max_len, loaded.dtype), dev
+        )
+        self._prefill: dict[tuple[int, int], Callable[..., Any]] = {}
+        self._decode: dict[tuple[int, int], Callable[..., Any]] = {}
+        self.compile_s = 0.0
+
+    # -- compiling ----------------------------------------------------------------
+
+    def programs(self) -> list[tuple[str, int, int]]:
+        """Every program the ladder needs: ("prefill", T, K) for K >= T, ("decode", B, K)."""
+        out = [("decode", b, k) for b in self.batch_buckets for k in self.kv_buckets]
+        out += [
+            ("prefill", t, k) for t in self.prefill_buckets for k in self.kv_buckets if k >= t
+        ]
+        return out
+
+    def compile_program(self, kind: str, t: int, k: int) -> Any:
+        """One program of the ladder, compiled (not kept: `compile_all` keeps them)."""
+        spec, params = self.spec, self.loaded.params
+        i32 = jnp.int32
+        if kind == "decode":
+
+            def step(
+                p: Any, cache: Any, tokens: Any, positions: Any, slots: Any, bias: Any, banned: Any
+            ) -> Any:
+                cache, logits = gemma.decode(p, spec, cache, tokens, positions, slots, bias, k)
+                return cache, logits, _choose_greedy(logits, banned)
+
+            rows = jnp.zeros(t, i32)
+            banned = jnp.zeros((t, BANNED_PER_ROW), i32)
+            args = (params, self.cache, rows, rows, rows, self.bias, banned)
+            return jax.jit(step, donate_argnums=(1,)).lower(*args).compile()
+
+        def fill(
+            p: Any, cache: Any, tokens: Any, start: Any, length: Any, slot: Any, bias: Any
+        ) -> Any:
+            return gemma.prefill(p, spec, cache, tokens, start, length, slot, bias, k)
+
+        scalar = jnp.zeros((), i32)
+        args = (params, self.cache, jnp.zeros(t, i32), scalar, scalar, scalar, self.bias)
+        return jax.jit(fill, donate_argnums=(1,)).lower(*args).compile()
+
+    def compile_all(
+        self, threads: int = 2, progress: Callable[[int, int], None] | None = None
+    ) -> int:
+        """Compile every bucket; returns how many. `progress(done, total)` after each."""
+        todo = self.programs()
+        t0 = time.monotonic()
+        done = 0
+        with jax.default_device(self.loaded.device), ThreadPoolExecutor(max(1, threads)) as pool:
+            futures = {pool.submit(self.compile_program, *p): p for p in todo}
+            for future in futures:
+                kind, t, k = futures[future]
+                compiled = future.result()
+                if kind == "decode":
+                    self._decode[(t, k)] = compiled
+                else:
+                    self._prefill[(t, k)] = compiled
+                done += 1
+                if progress is not None:
+                    progress(done, len(todo))
+        self.compile_s = time.monotonic() - t0
+        return done
+
+    @property
+    def compiled(self) -> int:
+        return len(self._decode) + len(self._prefill)
+
+    # -- steps --------------------------------------------------------------------
+
+    def _kv_bucket(self, needed: int) -> int:
+        for k in self.kv_buckets:
+            if k >= needed:
+                return k
+        raise ValueError(f"{needed} positions exceed the largest KV bucket {self.kv_buckets[-1]}")
+
+    def prefill(self, slot: int, tokens: Sequence[int], start: int) -> jax.Array:
+        """Prefill one chunk (at most `chunk` tokens) at `start`; the last token's logits."""
+        n = len(tokens)
+        t = next(b for b in self.prefill_buckets if b >= n)
+        k = self._kv_bucket(max(start + n, t))
+        program = self._prefill[(t, k)]
+        padded = np.zeros(t, np.int32)
+        padded[:n] = tokens
+        self.cache, logits = program(
+            self.loaded.params,
+            self.cache,
+            jnp.asarray(padded),
+            np.int32(start),
+            np.int32(n),
+            np.int32(slot),
+            self.bias,
+        )
+        return logits
+
+    def decode(
+        self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
+        banned: Sequence[Sequence[int]],
+    ) -> tuple[jax.Array, np.ndarray]:
+        """One step for the running `slots` (their last tokens, positions and banned ids):
+        logits [rows, V] (on the device, padded rows at the end) and each row's greedy
+        choice with its banned ids masked (on the host)."""
+        n = len(slots)
+        b = next(size for size in self.batch_buckets if size >= n)
+        k = self._kv_bucket(max(positions) + 1)
+        pad_slots = np.full(b, self.num_slots, np.int32)
+        pad_slots[:n] = slots
+        pad_tokens = np.zeros(b, np.int32)
+        pad_tokens[:n] = tokens
+        pad_positions = np.full(b, -1, np.int32)
+        pad_positions[:n] = positions
+        pad_banned = np.full((b, BANNED_PER_ROW), self.spec.vocab_size, np.int32)
+        for row, ids in enumerate(banned):
+            pad_banned[row, : len(ids)] = ids[:BANNED_PER_ROW]
+        self.cache, logits, greedy = self._decode[(b, k)](
+            self.loaded.params,
+            self.cache,
+            pad_tokens,
+            pad_positions,
+            pad_slots,
+            self.bias,
+            pad_banned,
+        )
+        return logits, np.asarray(greedy)[:n]
+
+
+@functools.lru_cache(maxsize=1)
+def backend_versions() -> dict[str, str]:
+    import jaxlib
+
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}

@@ -1,0 +1,279 @@
+"""Continuous batching over fixed slots for the JAX engine, on a dedicated thread.
+
+The same contract as the PyTorch engine's scheduler (`engines.serving.server.BatchScheduler`):
+`submit`/`abort` from the HTTP layer, one `StepOutput` per generated token through
+`deliver`. One iteration: take new requests and aborts; prefill waiting prompts into free
+slots, chunk by chunk, at most `prefill_budget` prompt tokens per iteration (a prompt's
+chunks depend only on the prompt, so its numbers never depend on the load); then one
+decode step over every slot, which running requests join and leave between steps.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import cast
+
+import jax
+import numpy as np
+
+from engines.jax.runner import BANNED_PER_ROW, JaxRunner, sample_host
+from engines.serving.detokenizer import TextStream
+from engines.serving.metrics import EngineMetrics
+from engines.serving.requests import Deliver, GenerationRequest, StepOutput
+
+log = logging.getLogger(__name__)
+
+IDLE_POLL_S = 0.1
+
+
+@dataclass
+class _Sequence:
+    request: GenerationRequest
+    handle: object
+    stream: TextStream
+    rng: np.random.Generator
+    stop_ids: frozenset[int]
+    output_ids: list[int] = field(default_factory=list)
+    slot: int | None = None
+    prefilled: int = 0
+    done: bool = False
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.request.prompt_ids)
+
+
+class JaxScheduler:
+    """The batching loop and the state of every request in it."""
+
+    def __init__(
+        self,
+        runner: JaxRunner,
+        *,
+        metrics: EngineMetrics,
+        deliver: Deliver,
+        prefill_budget: int = 2048,
+    ) -> None:
+        self.runner = runner
+        self.tokenizer = runner.loaded.tokenizer
+        self.eos = tuple(runner.loaded.eos_token_ids)
+        self.max_model_len = runner.max_len
+        self.metrics = metrics
+        self.deliver = deliver
+        self.prefill_budget = max(prefill_budget, runner.chunk)
+        self._inbox: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
+        self._waiting: deque[_Sequence] = deque()
+        self._running: list[_Sequence] = []
+        self._by_id: dict[str, _Sequence] = {}
+        self._free = list(range(runner.num_slots))
+        self._outbox: list[tuple[object, StepOutput]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jax-scheduler", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def submit(self, request: GenerationRequest, handle: object) -> None:
+        self._inbox.put(("submit", (request, handle)))
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+
+    # -- the scheduler thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        log.info("scheduler started: %d slots", self.runner.num_slots)
+        with jax.default_device(self.runner.loaded.device):
+            while not self._stop.is_set():
+                try:
+                    self._iteration()
+                except Exception:
+                    log.exception("scheduler iteration failed; failing the requests in flight")
+                    for seq in [*self._running, *self._waiting]:
+                        self._finish_error(seq, "internal error in the engine's scheduler")
+                finally:
+                    self._flush()
+        log.info("scheduler stopped")
+
+    def _iteration(self) -> None:
+        self._take_inbox(block=not self._running and not self._waiting)
+        if self._waiting:
+            self._prefill_waiting()
+        if self._running:
+            self._decode_step()
+        self.metrics.set_queues(len(self._running), len(self._waiting))
+
+    def _take_inbox(self, block: bool) -> None:
+        try:
+            kind, item = self._inbox.get(timeout=IDLE_POLL_S) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            if kind == "submit":
+                request, handle = cast(tuple[GenerationRequest, object], item)
+                self._add(request, handle)
+            else:
+                seq = self._by_id.get(str(item))
+                if seq is not None and not seq.done:
+                    self._release(seq)
+                    self.metrics.request_finished("abort")
+            try:
+                kind, item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _add(self, request: GenerationRequest, handle: object) -> None:
+        params = request.params
+        seed = params.seed
+        rng = np.random.default_rng(None if seed is None else seed % 2**64)
+        eos = () if params.ignore_eos else self.eos
+        stream = TextStream(
+            self.tokenizer,
+            stop=params.stop,
+            include_stop=params.include_stop_str_in_output,
+            skip_special_tokens=params.skip_special_tokens,
+        )
+        seq = _Sequence(
+            request, handle, stream, rng, frozenset((*eos, *params.stop_token_ids))
+        )
+        self._by_id[request.request_id] = seq
+        self._waiting.append(seq)
+
+    def _banned(self, seq: _Sequence) -> list[int]:
+        return seq.request.params.banned_ids(len(seq.output_ids), self.eos, seq.stop_ids)
+
+    def _prefill_waiting(self) -> None:
+        spent = 0
+        while self._waiting and spent < self.prefill_budget:
+            seq = self._waiting[0]
+            if seq.slot is None:
+                if not self._free:
+                    return
+                seq.slot = self._free.pop(0)
+            prompt = seq.request.prompt_ids
+            n = min(self.runner.chunk, seq.prompt_len - seq.prefilled)
+            t0 = time.perf_counter()
+            try:
+                logits = self.runner.prefill(
+                    seq.slot, prompt[seq.prefilled : seq.prefilled + n], seq.prefilled
+                )
+                seq.prefilled += n
+                if seq.prefilled < seq.prompt_len:
+                    spent += n
+                    continue
+                row = np.asarray(logits)
+            except Exception as e:
+                log.exception("prefill failed for %s", seq.request.request_id)
+                self._finish_error(seq, f"prefill failed: {e}")
+                continue
+            finally:
+                self.metrics.observe_step("prefill", time.perf_counter() - t0, 1, 0)
+            spent += n
+            self.metrics.add_prompt_tokens(seq.prompt_len)
+            self._waiting.popleft()
+            self._running.append(seq)
+            self._accept(seq, self._choose(seq, row))
+
+    def _choose(self, seq: _Sequence, row: np.ndarray) -> int:
+        return sample_host(row, seq.request.params, self._banned(seq), seq.rng)
+
+    def _decode_step(self) -> None:
+        rows = list(self._running)
+        slots: list[int] = []
+        for seq in rows:
+            assert seq.slot is not None  # running sequences hold a slot
+            slots.append(seq.slot)
+        tokens = [seq.output_ids[-1] for seq in rows]
+        positions = [seq.prompt_len + len(seq.output_ids) - 1 for seq in rows]
+        bans = [self._banned(seq) for seq in rows]
+        t0 = time.perf_counter()
+        try:
+            logits, greedy = self.runner.decode(slots, tokens, positions, bans)
+        except Exception as e:
+            log.exception("decode step failed")
+            for seq in rows:
+                self._finish_error(seq, f"decode failed: {e}")
+            return
+        for row, seq in enumerate(rows):
+            if seq.request.params.greedy and len(bans[row]) <= BANNED_PER_ROW:
+                token = int(greedy[row])
+            else:
+                token = self._choose(seq, np.asarray(logits[row]))
+            self._accept(seq, token)
+        self.metrics.observe_step("decode", time.perf_counter() - t0, len(rows), len(rows))
+
+    def _accept(self, seq: _Sequence, token: int) -> None:
+        params = seq.request.params
+        try:
+            seq.output_ids.append(token)
+            n = len(seq.output_ids)
+            text = seq.stream.add(token, check_stop=n >= params.min_tokens)
+        except Exception as e:
+            log.exception("detokenizing failed for %s", seq.request.request_id)
+            self._finish_error(seq, f"detokenizing failed: {e}")
+            return
+        finish: str | None = None
+        stop_reason: str | int | None = None
+        if token in seq.stop_ids and n >= params.min_tokens:
+            finish = "stop"
+            stop_reason = token if token in params.stop_token_ids else None
+        elif seq.stream.stopped_by is not None:
+            finish, stop_reason = "stop", seq.stream.stopped_by
+        elif n >= params.max_tokens or seq.prompt_len + n >= self.max_model_len:
+            finish = "length"
+        if finish is not None:
+            text += seq.stream.finish()
+            self._release(seq)
+            self.metrics.request_finished(finish)
+        self._emit(
+            seq.handle,
+            StepOutput(text, (token,), seq.prompt_len, n, finish, stop_reason),
+        )
+
+    def _finish_error(self, seq: _Sequence, message: str) -> None:
+        if seq.done:
+            return
+        self._release(seq)
+        self.metrics.request_finished("error")
+        self._emit(
+            seq.handle,
+            StepOutput("", (), seq.prompt_len, len(seq.output_ids), "error", error=message),
+        )
+
+    def _release(self, seq: _Sequence) -> None:
+        seq.done = True
+        self._by_id.pop(seq.request.request_id, None)
+        if seq.slot is not None:
+            self._free.append(seq.slot)
+            self._free.sort()
+            seq.slot = None
+        if seq in self._waiting:
+            self._waiting.remove(seq)
+        if seq in self._running:
+            self._running.remove(seq)
+
+    def _emit(self, handle: object, output: StepOutput) -> None:
+        self._outbox.append((handle, output))
+
+    def _flush(self) -> None:
+        if not self._outbox:
+            return
+        batch, self._outbox = self._outbox, []
+        try:
+            self.deliver(batch)
+        except Exception:
+            log.exception("delivering %d outputs failed", len(batch))
