@@ -400,6 +400,7 @@ def create_state(config: EngineConfig) -> EngineState:
         seed=config.seed,
         max_model_len=config.max_model_len,
         served_name=config.served_model_name,
+        quantize=config.quantize,
     )
     device_type = loaded.device.type
     runner = ModelRunner(
