@@ -142,7 +142,8 @@ class Int4Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from engines.pytorch import kernels
 
-        y = kernels.linear(x, self.int4)
+        rows = x.reshape(-1, self.in_features)  # transformers passes (batch, tokens, in)
+        y = kernels.linear(rows, self.int4).view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
@@ -202,19 +203,19 @@ def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
 
 def install(model: nn.Module, name: str, packed: torch.Tensor, scale: torch.Tensor) -> str:
     """Replace module `name` (nn.Linear or nn.Embedding) by its int4 form, on the
-    module's device; returns the kind."""
+    module's device, the scales in its dtype (the activations'); returns the kind."""
     module = model.get_submodule(name)
     parent, child = _parent(model, name)
     if isinstance(module, nn.Embedding):
-        device = module.weight.device
+        device, dtype = module.weight.device, module.weight.dtype
         replacement: nn.Module = Int4Embedding(
-            packed.to(device), scale.to(device), getattr(module, "embed_scale", None)
+            packed.to(device), scale.to(device, dtype), getattr(module, "embed_scale", None)
         )
         kind = "embedding"
     elif isinstance(module, nn.Linear):
-        device = module.weight.device
+        device, dtype = module.weight.device, module.weight.dtype
         bias = None if module.bias is None else module.bias.detach()
-        replacement = Int4Linear(packed.to(device), scale.to(device), bias)
+        replacement = Int4Linear(packed.to(device), scale.to(device, dtype), bias)
         kind = "linear"
     else:
         raise Int4FormatError(f"{name} is a {type(module).__name__}, not a Linear or Embedding")

@@ -39,7 +39,13 @@ epilogue forms took the step's projections from 1.86 to 1.66 ms (2.54 to 2.41 ms
 tried per (N, K) by Triton's autotuner the first time a shape runs on a machine; the
 timings are kept in Triton's disk cache, so later processes there reuse the choice.
 
-Triton is imported only when a CUDA batch-1 call needs a kernel; CPU runs never touch it.
+Int4 weights (`int4`: the pair (packed, scale)) take the same entry points: at batch 1
+`gemv_int4`, the same prologues and epilogues over int4 rows; for 2 to 64 rows
+`matmul_int4`, the int4 tile dequantized in registers for the tensor cores; more rows
+(prefill) and the CPU dequantize and run the dense product. Measured against bf16 and
+torch's own int4 kernel in `benchmarks/records/2026-12-01-h200-int4.md`.
+
+Triton is imported only when a CUDA call needs a kernel; CPU runs never touch it.
 """
 
 from __future__ import annotations

@@ -346,6 +346,9 @@ def build_app(state: EngineState) -> Starlette:
                 "device": str(state.loaded.device),
                 "dtype": str(state.loaded.dtype).removeprefix("torch."),
                 "batch_invariant": state.scheduler.runner.invariant is not None,
+                "quantization": None
+                if state.loaded.quantization is None
+                else state.loaded.quantization.summary(),
             }
         )
 

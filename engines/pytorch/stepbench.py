@@ -303,6 +303,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "quantization": None if loaded.quantization is None else loaded.quantization.summary(),
         "weight_bytes_streamed": streamed_weight_bytes(loaded.model),
         "weight_bytes_held": weight_bytes(loaded.model),
+        "cuda_memory_allocated_bytes": torch.cuda.memory_allocated(loaded.device)
+        if loaded.device.type == "cuda"
+        else None,
         "decode": [
             decode_times(runner, b, args.prompt_len, args.steps, args.warmup) for b in batches
         ],

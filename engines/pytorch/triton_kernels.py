@@ -349,8 +349,10 @@ def attention_combine(
 
 # Int4 weights (W4A16, compressed-tensors' packing: element 8j + i in bits 4i..4i+3 of
 # word j, stored q + 8; one scale per GROUP inputs). BLOCK_K counts inputs (BLOCK_K / 8
-# words a row per chunk); a chunk is unpacked as (rows, words, 8) against the input row
-# shaped (words, 8), so no element is loaded twice and no reshape shuffles registers.
+# words a row per chunk). A chunk is taken nibble by nibble: nibble i of every word
+# against inputs 8j + i (a strided read of the input row, from L1), so all tensors stay
+# (rows, words) and nothing is reshaped; the -8 offset is folded in once per word as
+# -8 * (sum of the word's 8 inputs), shared by all rows (llama.cpp's Q4_0 trick).
 GEMV_INT4_CONFIGS = [
     triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
     for bn, bk, w, s in (
@@ -391,14 +393,6 @@ def _int4_weights(
         scale_up = tl.load(s_ptr + N * (K // GROUP) + s_offsets, mask=mask, other=0.0)
         scale_up = scale_up.to(tl.float32)
     return packed, scale, packed_up, scale_up
-
-
-@triton.jit
-def _int4_dot(packed, scale, x):
-    # sum_i (q_i - 8) * x_i per word, times the word's scale: (rows, words).
-    shifts = tl.arange(0, 8) * 4
-    q = ((packed[:, :, None] >> shifts[None, None, :]) & 0xF) - 8
-    return tl.sum(q.to(tl.float32) * x[None, :, :], axis=2) * scale
 
 
 @triton.autotune(
@@ -459,24 +453,33 @@ def gemv_int4(
         rstd = 1.0 / tl.sqrt(tl.sum(row_squares, axis=0) / K + eps)
     acc = tl.zeros((BLOCK_N, BLOCK_K // 8), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_N, BLOCK_K // 8), dtype=tl.float32)
-    squares = tl.zeros((BLOCK_K // 8, 8), dtype=tl.float32)
+    squares = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         if k0 > 0:
             packed, scale, packed_up, scale_up = _int4_weights(
                 wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, EPILOGUE
             )
-        cols = k0 + tl.arange(0, BLOCK_K // 8)[:, None] * 8 + tl.arange(0, 8)[None, :]
-        x, squares = _input(
-            x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, cols < K, rstd, branch_rstd, squares,
-            PROLOGUE, SCALE,
-        )  # fmt: skip
-        acc += _int4_dot(packed, scale, x)
+        first = k0 + tl.arange(0, BLOCK_K // 8) * 8
+        part = tl.zeros((BLOCK_N, BLOCK_K // 8), dtype=tl.float32)
+        part_up = tl.zeros((BLOCK_N, BLOCK_K // 8), dtype=tl.float32)
+        x_sum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
+        for i in tl.static_range(8):
+            cols = first + i
+            x, squares = _input(
+                x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, cols < K, rstd, branch_rstd,
+                squares, PROLOGUE, SCALE,
+            )  # fmt: skip
+            x_sum += x
+            part += ((packed >> (4 * i)) & 0xF).to(tl.float32) * x[None, :]
+            if EPILOGUE == 1:
+                part_up += ((packed_up >> (4 * i)) & 0xF).to(tl.float32) * x[None, :]
+        acc += (part - 8.0 * x_sum[None, :]) * scale
         if EPILOGUE == 1:
-            acc_up += _int4_dot(packed_up, scale_up, x)
+            acc_up += (part_up - 8.0 * x_sum[None, :]) * scale_up
     y = tl.sum(acc, axis=1)
     up = tl.sum(acc_up, axis=1)
     if PROLOGUE == 5:
-        rstd = 1.0 / tl.sqrt(tl.sum(tl.sum(squares, axis=1), axis=0) / K + eps)
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
         y = y * rstd
         up = up * rstd
     if EPILOGUE == 1:
@@ -487,23 +490,26 @@ def gemv_int4(
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
 
-# A few rows (2 to 64 decode rows): tiles of BLOCK_M rows by BLOCK_N outputs, the int4
-# tile dequantized once in registers to the activation dtype and multiplied on the tensor
-# cores, so the weights stream once for all rows instead of once a row.
+# A few rows (2 to 64 decode rows): tiles of BLOCK_M rows by BLOCK_N outputs; each chunk
+# nibble by nibble as in `gemv_int4`, each nibble's (outputs, words) tile dequantized in
+# registers to the activation dtype and multiplied on the tensor cores against the
+# inputs 8j + i, so the weights stream once for all rows.
 MATMUL_INT4_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
     for bm, bn, bk, w, s in (
-        (16, 32, 128, 4, 4),
-        (16, 64, 128, 4, 4),
+        (16, 64, 128, 4, 3),
+        (16, 128, 128, 4, 3),
         (16, 64, 256, 4, 3),
-        (32, 64, 128, 4, 4),
-        (64, 64, 128, 4, 4),
-        (64, 128, 64, 8, 3),
+        (32, 64, 256, 4, 3),
+        (64, 64, 128, 4, 3),
+        (64, 128, 256, 8, 3),
     )
 ]
 
 
-@triton.autotune(configs=MATMUL_INT4_CONFIGS, key=["M_BUCKET", "N", "K", "GROUP"])
+@triton.autotune(
+    configs=MATMUL_INT4_CONFIGS, key=["M_BUCKET", "N", "K", "GROUP"], cache_results=True
+)
 @triton.jit
 def matmul_int4(
     x_ptr,
@@ -527,21 +533,22 @@ def matmul_int4(
     out_ok = outs < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        cols = k0 + tl.arange(0, BLOCK_K)
-        col_ok = cols < K
-        x_mask = row_ok[:, None] & col_ok[None, :]
-        x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=x_mask, other=0.0)
-        mask = out_ok[:, None] & col_ok[None, :]
-        # Each word is read by its 8 columns; they share the load (L1).
-        packed = tl.load(
-            wq_ptr + outs[:, None] * (K // 8) + (cols // 8)[None, :], mask=mask, other=0
-        )
+        words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+        word_ok = words < K // 8
+        mask = out_ok[:, None] & word_ok[None, :]
+        packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
         scale = tl.load(
-            ws_ptr + outs[:, None] * (K // GROUP) + (cols // GROUP)[None, :], mask=mask, other=0.0
-        )
-        q = ((packed >> ((cols % 8) * 4)[None, :]) & 0xF) - 8
-        w = (q.to(tl.float32) * scale.to(tl.float32)).to(x.dtype)
-        acc += tl.dot(x, tl.trans(w))
+            ws_ptr + outs[:, None] * (K // GROUP) + (words * 8 // GROUP)[None, :],
+            mask=mask,
+            other=0.0,
+        ).to(tl.float32)
+        x_mask = row_ok[:, None] & word_ok[None, :]
+        for i in tl.static_range(8):
+            x_offsets = rows[:, None] * K + (words * 8 + i)[None, :]
+            x = tl.load(x_ptr + x_offsets, mask=x_mask, other=0.0)
+            q = ((packed >> (4 * i)) & 0xF) - 8
+            w = (q.to(tl.float32) * scale).to(x.dtype)
+            acc += tl.dot(x, tl.trans(w))
     tl.store(
         y_ptr + rows[:, None] * N + outs[None, :],
         acc.to(y_ptr.dtype.element_ty),

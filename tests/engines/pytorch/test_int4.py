@@ -321,3 +321,13 @@ def test_decode_program_runs_int4_weights_as_the_dense_dequantized_model() -> No
             outs.append(runner.decode([0, 1], [60, 75], [31, 6]).clone())
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(outs[2], outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_describe_names_the_weights_form_for_the_manifest(written: Path) -> None:
+    from engines.pytorch.describe import weights_form
+
+    text = weights_form(str(written), "none")
+    assert text.startswith("W4A16 checkpoint (compressed-tensors pack-quantized")
+    assert "group 8" in text and "Linear" in text
+    assert weights_form("random:tiny", "none") == "dense (random weights)"
+    assert "quantized at load" in weights_form("random:tiny", "w4a16")

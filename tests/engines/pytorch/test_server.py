@@ -78,6 +78,7 @@ def test_health_models_version(client: httpx.Client) -> None:
     assert models["data"][0]["id"] == MODEL
     assert models["data"][0]["max_model_len"] == 4096
     assert client.get("/version").json()["batch_invariant"] is True
+    assert client.get("/version").json()["quantization"] is None
 
 
 def test_chat_non_streaming_and_streaming_agree(client: httpx.Client) -> None:

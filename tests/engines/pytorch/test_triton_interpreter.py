@@ -191,9 +191,10 @@ def _checks(part: str) -> dict[str, dict[str, Any]]:
 def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None:
     """The int4 kernels against dequantize-then-matmul: groups of 32 and 128 over 512
     inputs (every block shape's chunks cross or split groups; 96 rows: partial row
-    blocks), each configuration the autotuner may choose, through the same prologues and
-    epilogues as the dense kernel; and the few-rows kernel in float16 (the interpreter's
-    bfloat16 tl.dot is not faithful) at each of its configurations for 2, 17 and 64 rows."""
+    blocks), each configuration the autotuner may choose (two through every prologue and
+    epilogue of the dense kernel, the rest through the plain product and the gate/up
+    pair); and the few-rows kernel in float16 (the interpreter's
+    bfloat16 tl.dot is not faithful) at each of its configurations for 3 and 64 rows."""
     import torch
 
     from engines.pytorch import int4, kernels, triton_kernels
@@ -214,13 +215,24 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
 
         tuner.configs, tuner.cache = [config], {}
         tag = f" [int4 g{group} {config.kwargs['BLOCK_N']}x{config.kwargs['BLOCK_K']}]"
-        _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
+        if i < 2:  # every form, at two block shapes (the interpreter is slow)
+            _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
+            continue
+        # Elsewhere the plain product and the gate/up pair with the norm scaled after it.
+        wf = kernels.dense(w, torch.float32)
+        exact = x.float() @ wf.T
+        record(f"plain{tag}", gemv(kernels.PLAIN), exact, kernels.linear(x, w, False))
+        normed = torch.rms_norm(x.float(), (k,), nw.float(), 1e-6)
+        gate, up = (normed @ wf.T).chunk(2, dim=-1)
+        pair = torch.nn.functional.gelu(gate, approximate="tanh") * up
+        got = gemv(kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, norm_weight=nw)
+        record(f"gate/up pair{tag}", got, pair, kernels.gated_norm_linear(x, nw, 1e-6, w, False))
     tuner = triton_kernels.matmul_int4
     for i, config in enumerate(triton_kernels.MATMUL_INT4_CONFIGS):
         group = (32, 128)[i % 2]
         w16 = (weights[group][0], weights[group][1].to(torch.float16))
         tuner.configs, tuner.cache = [config], {}
-        for rows in (2, 17, 64):
+        for rows in (3, 64):
             xr = rand(rows, k, dtype=torch.float16)
             got = kernels._launch_matmul_int4(xr, *w16)
             exact = xr.float() @ kernels.dense(w16, torch.float32).T
