@@ -2,7 +2,7 @@
 engine will serve, for the manifest (the recipe's version probe): torch and CUDA versions,
 and the weights' form: a compressed-tensors W4A16 checkpoint's format, group sizes and
 targets, int4 quantized at load, or dense. Reads only the model's config.json (a hub id's
-is fetched alone); never fails: what it cannot tell it says."""
+from the local cache only); never fails: what it cannot tell it says."""
 
 from __future__ import annotations
 
@@ -32,10 +32,12 @@ def weights_form(model: str, quantize: str) -> str:
         else:
             from huggingface_hub import hf_hub_download
 
-            config_file = Path(hf_hub_download(model, "config.json"))
+            # The cache alone: a probe must not wait on the network (the agent fetched
+            # the model before, or the engine will when it starts).
+            config_file = Path(hf_hub_download(model, "config.json", local_files_only=True))
         qc = json.loads(config_file.read_text()).get("quantization_config")
     except Exception as exc:  # a line for the manifest, whatever went wrong
-        return f"unknown ({type(exc).__name__}: {str(exc)[:120]})"
+        return f"unknown ({type(exc).__name__})"
     if qc is None:
         return "dense"
     try:
