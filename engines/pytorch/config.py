@@ -18,6 +18,7 @@ class EngineConfig:
     max_running: int = 64
     max_model_len: int | None = None
     dtype: str = "auto"
+    quantize: str = "none"  # w4a16: int4 weights quantized at load
     device: str = "auto"
     seed: int = 0
     batch_invariant: str = "auto"  # auto: on for CPU, off for CUDA
@@ -126,6 +127,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         default="auto",
         help="auto (bf16 on sm_80+, fp16 on older GPUs, fp32 on CPU), float32, bfloat16, float16",
+    )
+    p.add_argument(
+        "--quantize",
+        choices=("none", "w4a16"),
+        default=EngineConfig.quantize,
+        help="w4a16: quantize the model's Linear layers and embedding tables to int4 at load "
+        "(round-to-nearest, symmetric, groups of 32; engines.pytorch.checkpoint). A "
+        "compressed-tensors W4A16 checkpoint loads as int4 without it",
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--seed", type=int, default=0, help="seed of random:<name> weights")

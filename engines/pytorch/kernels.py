@@ -38,7 +38,13 @@ forms save is in `benchmarks/records/2026-11-29-h200-pytorch-epilogues.md`. The 
 tried per (N, K) by Triton's autotuner the first time a shape runs on a machine; the
 timings are kept in Triton's disk cache, so later processes there reuse the choice.
 
-Triton is imported only when a CUDA batch-1 call needs a kernel; CPU runs never touch it.
+Int4 weights (`int4`: the pair (packed, scale)) take the same entry points: at batch 1
+`gemv_int4`, the same prologues and epilogues over int4 rows; for 2 to 64 rows
+`matmul_int4`, the int4 tile dequantized in registers for the tensor cores; more rows
+(prefill) and the CPU dequantize and run the dense product. Measured against bf16 and
+torch's own int4 kernel in `benchmarks/records/2026-12-01-h200-int4.md`.
+
+Triton is imported only when a CUDA call needs a kernel; CPU runs never touch it.
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ from __future__ import annotations
 import functools
 import logging
 import sys
-from typing import Any
+from typing import Any, TypeAlias
 
 import torch
 import torch.nn.functional as F
@@ -57,13 +63,64 @@ log = logging.getLogger(__name__)
 
 PLAIN, RMS_NORM, GELU_MUL, RESIDUAL, RESIDUAL_NORM, RMS_NORM_AFTER = 0, 1, 2, 3, 4, 5
 NO_EPILOGUE, GELU_PAIR, GELU_TIMES = 0, 1, 2
+# A weight: dense (N, K), or int4 as (packed int32 (N, K/8), scale (N, K/group)) (`int4`).
+Weight: TypeAlias = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
+# Int4 products of this many rows at most run `triton_kernels.matmul_int4`; more rows
+# (prefill) dequantize the weight and run cuBLAS.
+INT4_MATMUL_MAX_ROWS = 64
 
 
 @functools.cache
-def _kernel() -> Any:
+def _kernel(name: str = "gemv") -> Any:
     from engines.pytorch import triton_kernels
 
-    return triton_kernels.gemv
+    return getattr(triton_kernels, name)
+
+
+def _shape(weight: Weight) -> tuple[int, int]:
+    if isinstance(weight, tuple):
+        return weight[0].shape[0], weight[0].shape[1] * 8
+    return weight.shape[0], weight.shape[1]
+
+
+def dense(weight: Weight, dtype: torch.dtype) -> torch.Tensor:
+    """The weight as a dense (N, K) matrix in `dtype` (int4: q * scale)."""
+    if isinstance(weight, tuple):
+        from engines.pytorch import int4
+
+        return int4.dequantize(weight[0], weight[1], dtype)
+    return weight.to(dtype)
+
+
+def _matmul(x: torch.Tensor, weight: Weight) -> torch.Tensor:
+    """x @ weight^T for any row count: int4 through `matmul_int4` for a few rows on CUDA,
+    else through the dense weight."""
+    if isinstance(weight, tuple) and x.device.type == "cuda":
+        rows = x.reshape(-1, x.shape[-1])
+        if rows.shape[0] <= INT4_MATMUL_MAX_ROWS:
+            return _matmul_int4_op(rows, weight[0], weight[1]).view(*x.shape[:-1], -1)
+    return F.linear(x, dense(weight, x.dtype))
+
+
+def _launch_matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    m, k = x.shape
+    n = packed.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    bucket = 16 if m <= 16 else (32 if m <= 32 else 64)
+    _kernel("matmul_int4")[
+        lambda meta: (-(-n // meta["BLOCK_N"]), -(-m // meta["BLOCK_M"]))
+    ](x.contiguous(), packed, scale, y, m, n, k, bucket, GROUP=k // scale.shape[1])
+    return y
+
+
+@torch.library.custom_op("llm_serving_bench::matmul_int4", mutates_args=())
+def _matmul_int4_op(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return _launch_matmul_int4(x, packed, scale)
+
+
+@_matmul_int4_op.register_fake
+def _matmul_int4_shape(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape[0], packed.shape[0])
 
 
 def tuned_configs() -> dict[str, str]:
@@ -73,15 +130,17 @@ def tuned_configs() -> dict[str, str]:
     module = sys.modules.get("engines.pytorch.triton_kernels")
     if module is None:
         return {}
-    return {
-        ",".join(str(part) for part in key): str(config)
-        for key, config in module.gemv.cache.items()
-    }
+    chosen = {}
+    for name in ("gemv", "gemv_int4", "matmul_int4"):
+        prefix = "" if name == "gemv" else f"{name}:"
+        for key, config in getattr(module, name).cache.items():
+            chosen[prefix + ",".join(str(part) for part in key)] = str(config)
+    return chosen
 
 
 def _launch(
     x: torch.Tensor,
-    weight: torch.Tensor,
+    weight: Weight,
     *,
     other: torch.Tensor | None = None,
     norm_weight: torch.Tensor | None = None,
@@ -93,13 +152,18 @@ def _launch(
     prologue: int,
     epilogue: int = NO_EPILOGUE,
 ) -> torch.Tensor:
-    kernel = _kernel()
     pdl = dependent_launch.enabled(x.device)
-    n, k = weight.shape
+    n, k = _shape(weight)
     if epilogue == GELU_PAIR:
         n //= 2
     y = torch.empty(1, n, dtype=x.dtype, device=x.device)
     x = x.contiguous()
+    if isinstance(weight, tuple):
+        kernel = _kernel("gemv_int4")
+        weights: tuple[torch.Tensor, ...] = weight
+        extra: dict[str, int] = {"GROUP": k // weight[1].shape[1]}
+    else:
+        kernel, weights, extra = _kernel(), (weight,), {}
     kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](
         x,
         x if other is None else other.contiguous(),
@@ -108,7 +172,7 @@ def _launch(
         x if scalar is None else scalar,
         x if x_out is None else x_out,
         x if multiplier is None else multiplier.contiguous(),
-        weight,
+        *weights,
         y,
         n,
         k,
@@ -118,6 +182,7 @@ def _launch(
         EPILOGUE=epilogue,
         PDL=pdl,
         launch_pdl=pdl,
+        **extra,
     )
     return y
 
@@ -126,6 +191,7 @@ def _launch(
 def _gemv_op(
     x: torch.Tensor,
     weight: torch.Tensor,
+    scale: torch.Tensor | None,
     other: torch.Tensor | None,
     norm_weight: torch.Tensor | None,
     eps: float,
@@ -134,7 +200,7 @@ def _gemv_op(
 ) -> torch.Tensor:
     return _launch(
         x,
-        weight,
+        weight if scale is None else (weight, scale),
         other=other,
         norm_weight=norm_weight,
         eps=eps,
@@ -147,6 +213,7 @@ def _gemv_op(
 def _gemv_shape(
     x: torch.Tensor,
     weight: torch.Tensor,
+    scale: torch.Tensor | None,
     other: torch.Tensor | None,
     norm_weight: torch.Tensor | None,
     eps: float,
@@ -164,13 +231,14 @@ def _residual_gemv_op(
     scalar: torch.Tensor | None,
     norm_weight: torch.Tensor | None,
     weight: torch.Tensor,
+    weight_scale: torch.Tensor | None,
     eps: float,
     gate_times: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     x_new = torch.empty_like(x)
     y = _launch(
         x,
-        weight,
+        weight if weight_scale is None else (weight, weight_scale),
         other=branch,
         norm_weight=norm_weight,
         branch_norm=branch_norm,
@@ -192,43 +260,50 @@ def _residual_gemv_shape(
     scalar: torch.Tensor | None,
     norm_weight: torch.Tensor | None,
     weight: torch.Tensor,
+    weight_scale: torch.Tensor | None,
     eps: float,
     gate_times: torch.Tensor | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     return x.new_empty(1, weight.shape[0]), torch.empty_like(x)
 
 
-def _use_kernel(fused: bool, x: torch.Tensor, weight: torch.Tensor) -> bool:
+def _use_kernel(fused: bool, x: torch.Tensor, weight: Weight) -> bool:
+    if isinstance(weight, tuple):
+        return fused and x.shape[0] == 1 and x.device.type == "cuda"
     return fused and x.shape[0] == 1 and x.device.type == "cuda" and weight.is_contiguous()
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, fused: bool = True) -> torch.Tensor:
+def _parts(weight: Weight) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return weight if isinstance(weight, tuple) else (weight, None)
+
+
+def linear(x: torch.Tensor, weight: Weight, fused: bool = True) -> torch.Tensor:
     """x (rows, K) @ weight (N, K)^T."""
     if _use_kernel(fused, x, weight):
-        return _gemv_op(x, weight, None, None, 0.0, PLAIN, NO_EPILOGUE)
-    return F.linear(x, weight)
+        return _gemv_op(x, *_parts(weight), None, None, 0.0, PLAIN, NO_EPILOGUE)
+    return _matmul(x, weight)
 
 
 def norm_linear(
     x: torch.Tensor,
     norm_weight: torch.Tensor,
     eps: float,
-    weight: torch.Tensor,
+    weight: Weight,
     fused: bool,
     post_scale: bool = False,
 ) -> torch.Tensor:
     """RMSNorm(x) * norm_weight @ weight^T (`post_scale`: see the module docstring)."""
     if _use_kernel(fused, x, weight):
         prologue = RMS_NORM_AFTER if post_scale else RMS_NORM
-        return _gemv_op(x, weight, None, norm_weight, eps, prologue, NO_EPILOGUE)
-    return F.linear(torch.rms_norm(x, (x.shape[-1],), norm_weight, eps), weight)
+        return _gemv_op(x, *_parts(weight), None, norm_weight, eps, prologue, NO_EPILOGUE)
+    return _matmul(torch.rms_norm(x, (x.shape[-1],), norm_weight, eps), weight)
 
 
 def gated_norm_linear(
     x: torch.Tensor,
     norm_weight: torch.Tensor,
     eps: float,
-    gate_up: torch.Tensor,
+    gate_up: Weight,
     fused: bool,
     post_scale: bool = False,
 ) -> torch.Tensor:
@@ -236,18 +311,16 @@ def gated_norm_linear(
     in two halves: a merged gate/up projection with its GELU gate."""
     if _use_kernel(fused, x, gate_up):
         prologue = RMS_NORM_AFTER if post_scale else RMS_NORM
-        return _gemv_op(x, gate_up, None, norm_weight, eps, prologue, GELU_PAIR)
+        return _gemv_op(x, *_parts(gate_up), None, norm_weight, eps, prologue, GELU_PAIR)
     gate, up = norm_linear(x, norm_weight, eps, gate_up, False).chunk(2, dim=-1)
     return F.gelu(gate, approximate="tanh") * up
 
 
-def gelu_mul_linear(
-    a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, fused: bool
-) -> torch.Tensor:
+def gelu_mul_linear(a: torch.Tensor, b: torch.Tensor, weight: Weight, fused: bool) -> torch.Tensor:
     """(gelu_tanh(a) * b) @ weight^T."""
     if _use_kernel(fused, a, weight):
-        return _gemv_op(a, weight, b, None, 0.0, GELU_MUL, NO_EPILOGUE)
-    return F.linear(F.gelu(a, approximate="tanh") * b, weight)
+        return _gemv_op(a, *_parts(weight), b, None, 0.0, GELU_MUL, NO_EPILOGUE)
+    return _matmul(F.gelu(a, approximate="tanh") * b, weight)
 
 
 def residual_linear(
@@ -257,7 +330,7 @@ def residual_linear(
     scalar: torch.Tensor | None,
     norm_weight: torch.Tensor | None,
     eps: float,
-    weight: torch.Tensor,
+    weight: Weight,
     fused: bool,
     gate_times: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -266,7 +339,7 @@ def residual_linear(
     x_new), the product passed through gelu_tanh(.) * gate_times where that is given."""
     if _use_kernel(fused, x, weight):
         return _residual_gemv_op(
-            x, branch, branch_norm, scalar, norm_weight, weight, eps, gate_times
+            x, branch, branch_norm, scalar, norm_weight, *_parts(weight), eps, gate_times
         )
     x_new = x + torch.rms_norm(branch, (branch.shape[-1],), branch_norm, eps)
     if scalar is not None:
@@ -274,7 +347,7 @@ def residual_linear(
     inputs = x_new
     if norm_weight is not None:
         inputs = torch.rms_norm(x_new, (x_new.shape[-1],), norm_weight, eps)
-    y = F.linear(inputs, weight)
+    y = _matmul(inputs, weight)
     if gate_times is not None:
         y = F.gelu(y, approximate="tanh") * gate_times
     return y, x_new

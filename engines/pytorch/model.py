@@ -9,12 +9,14 @@ the engine never takes a token on its command line.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
     AutoTokenizer,
     GenerationConfig,
@@ -23,6 +25,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
+from engines.pytorch import checkpoint
 from engines.serving.random_models import DEFAULT_MAX_MODEL_LEN, RANDOM_MODELS, RANDOM_PREFIX
 from engines.serving.tokenizer import build_byte_tokenizer, generation_ids, stop_token_ids
 
@@ -70,6 +73,8 @@ class LoadedModel:
     eos_token_ids: list[int] = field(default_factory=list)
     # Ids the model may generate; None: every id the tokenizer has.
     output_ids: list[int] | None = None
+    # Int4 weights (from a W4A16 checkpoint or --quantize); None: dense.
+    quantization: checkpoint.Quantization | None = None
 
     @property
     def tokenizer_vocab_size(self) -> int:
@@ -112,6 +117,51 @@ def build_random_model(
     return model, tokenizer, spec.max_model_len
 
 
+def _quantization_config(source: str) -> tuple[Path | None, dict[str, object] | None]:
+    """The source's folder (None for a hub id not yet fetched) and its quantization_config.
+    A hub id's config.json alone is fetched to decide; the weights follow only if it is
+    a W4A16 checkpoint (transformers fetches a dense one itself)."""
+    local = Path(source).expanduser()
+    if local.is_dir():
+        config_file: Path | None = local / "config.json"
+    else:
+        from huggingface_hub import hf_hub_download
+
+        config_file = Path(hf_hub_download(source, "config.json"))
+    if config_file is None or not config_file.is_file():
+        return (local if local.is_dir() else None), None
+    qc = json.loads(config_file.read_text()).get("quantization_config")
+    return config_file.parent, qc
+
+
+def _load_w4a16(
+    source: str, folder: Path, qc: dict[str, object], dtype: torch.dtype, device: torch.device
+) -> tuple[PreTrainedModel, checkpoint.Quantization]:
+    group_sizes = checkpoint.check_quantization_config(qc)
+    if not (Path(source).expanduser().is_dir()):
+        from huggingface_hub import snapshot_download
+
+        folder = Path(
+            snapshot_download(
+                source, allow_patterns=["*.json", "*.safetensors", "*.model", "*.jinja", "*.txt"]
+            )
+        )
+    config = AutoConfig.from_pretrained(str(folder))
+    for holder in (config, config.get_text_config()):
+        if hasattr(holder, "quantization_config"):
+            delattr(holder, "quantization_config")
+    # Built on the device in the serving dtype, then filled: int4 modules replace the
+    # quantized ones, so their random dense weights are freed before serving.
+    with device:
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    if (folder / "generation_config.json").is_file():
+        model.generation_config = GenerationConfig.from_pretrained(str(folder))
+    quant = checkpoint.load_into(model, folder, group_sizes)
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return model, quant
+
+
 def load_model(
     spec: str,
     *,
@@ -120,12 +170,18 @@ def load_model(
     seed: int = 0,
     max_model_len: int | None = None,
     served_name: str | None = None,
+    quantize: str = "none",
 ) -> LoadedModel:
-    """Load `random:<name>`, a local folder, or a hub id; eval mode, on the device."""
+    """Load `random:<name>`, a local folder, or a hub id; eval mode, on the device. A
+    compressed-tensors W4A16 checkpoint loads as int4 (`checkpoint`); `quantize`
+    "w4a16" quantizes a dense model at load."""
+    if quantize not in checkpoint.QUANTIZE_CHOICES:
+        raise ValueError(f"--quantize: {quantize!r}; use one of {checkpoint.QUANTIZE_CHOICES}")
     dev = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, dev)
     output_ids: list[int] | None = None
     tokenizer: PreTrainedTokenizerBase
+    quant: checkpoint.Quantization | None = None
     if spec.startswith(RANDOM_PREFIX):
         model, tokenizer, native_len = build_random_model(
             spec.removeprefix(RANDOM_PREFIX), dtype=torch_dtype, device=dev, seed=seed
@@ -133,12 +189,21 @@ def load_model(
         output_ids = generation_ids(tokenizer)
     else:
         source = str(Path(spec).expanduser()) if Path(spec).expanduser().exists() else spec
+        folder, qc = _quantization_config(source)
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
-        # transformers wraps PreTrainedModel.to in a decorator whose stub drops `self`.
-        model = model.to(dev)  # type: ignore[arg-type]
+        if qc is not None and folder is not None:
+            model, quant = _load_w4a16(source, folder, qc, torch_dtype, dev)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype)
+            # transformers wraps PreTrainedModel.to in a decorator whose stub drops `self`.
+            model = model.to(dev)  # type: ignore[arg-type]
         text_config = model.config.get_text_config()
         native_len = int(getattr(text_config, "max_position_embeddings", DEFAULT_MAX_MODEL_LEN))
+    if quantize == "w4a16":
+        if quant is not None:
+            log.info("--quantize w4a16: %s is already int4; loaded as it is", spec)
+        else:
+            quant = checkpoint.quantize_model(model)
     model.eval()
     limit = min(native_len, DEFAULT_MAX_MODEL_LEN) if max_model_len is None else max_model_len
     if limit > native_len:
@@ -152,10 +217,11 @@ def load_model(
         max_model_len=limit,
         eos_token_ids=_eos_ids(model, tokenizer),
         output_ids=output_ids,
+        quantization=quant,
     )
     n_params = sum(p.numel() for p in model.parameters())
     log.info(
-        "loaded %s: %s, %.1fM params, %s on %s, max_model_len %d, eos %s",
+        "loaded %s: %s, %.1fM params, %s on %s, max_model_len %d, eos %s%s",
         loaded.name,
         type(model).__name__,
         n_params / 1e6,
@@ -163,5 +229,6 @@ def load_model(
         dev,
         limit,
         loaded.eos_token_ids,
+        "" if quant is None else f", int4 {quant.summary()}",
     )
     return loaded

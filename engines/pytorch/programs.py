@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from contract.errors import BenchError
-from engines.pytorch import attention_kernel, kernels
+from engines.pytorch import attention_kernel, int4, kernels
+from engines.pytorch.kernels import Weight
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,21 @@ class UnsupportedModel(BenchError, ValueError):
     """The model has a feature the program does not implement (the generic step runs)."""
 
 
-def _merge_linears(linears: list[nn.Linear]) -> torch.Tensor:
+def _merge_linears(linears: list[Any]) -> Weight:
     """One (sum of outs, in) matrix for several projections of the same input; each
-    module's weight becomes a view of its rows, so nothing is stored twice."""
+    module's weight becomes a view of its rows, so nothing is stored twice. Int4
+    projections merge their packed rows and their scale rows alike."""
+    if all(isinstance(m, int4.Int4Linear) for m in linears):
+        packed = torch.cat([m.packed for m in linears], dim=0).contiguous()
+        scale = torch.cat([m.scale for m in linears], dim=0).contiguous()
+        row = 0
+        for m in linears:
+            n = m.out_features
+            m.packed, m.scale = packed[row : row + n], scale[row : row + n]
+            row += n
+        return packed, scale
+    if any(isinstance(m, int4.Int4Linear) for m in linears):
+        raise UnsupportedModel("projections of one input partly int4")
     merged = torch.cat([m.weight.detach() for m in linears], dim=0).contiguous()
     row = 0
     for m in linears:
@@ -62,6 +75,19 @@ def _merge_linears(linears: list[nn.Linear]) -> torch.Tensor:
         m.weight = nn.Parameter(merged[row : row + n], requires_grad=False)
         row += n
     return merged
+
+
+def _weight(module: Any) -> Weight:
+    """A Linear's or Embedding's weight as the kernels take it (int4: (packed, scale))."""
+    if isinstance(module, int4.Int4Linear | int4.Int4Embedding):
+        return module.int4
+    return module.weight.detach()
+
+
+def _embedding(tokens: torch.Tensor, table: Weight) -> torch.Tensor:
+    if isinstance(table, tuple):
+        return int4.embedding(tokens, *table)
+    return F.embedding(tokens, table)
 
 
 @dataclass(frozen=True)
@@ -76,12 +102,12 @@ class Gemma4Layer:
     window: int | None
     writes_kv: bool  # False: reads the KV of the last layer of its type that stores it
     kv_source: int  # the layer whose pools it reads
-    w_qkv: torch.Tensor  # (heads*D [+ 2*kv_heads*D], hidden)
-    w_o: torch.Tensor
-    w_gate_up: torch.Tensor  # (2*I, hidden)
-    w_down: torch.Tensor
-    w_ple_gate: torch.Tensor  # (P, hidden)
-    w_ple_proj: torch.Tensor  # (hidden, P)
+    w_qkv: Weight  # (heads*D [+ 2*kv_heads*D], hidden)
+    w_o: Weight
+    w_gate_up: Weight  # (2*I, hidden)
+    w_down: Weight
+    w_ple_gate: Weight  # (P, hidden)
+    w_ple_proj: Weight  # (hidden, P)
     norms: tuple[torch.Tensor, ...]  # input, q, k, post_attn, pre_ff, post_ff, post_ple
     layer_scalar: torch.Tensor
     scale: float
@@ -90,7 +116,7 @@ class Gemma4Layer:
 def gemma4_layer(
     x: torch.Tensor,
     ple: torch.Tensor,
-    weights: tuple[torch.Tensor, ...],
+    weights: tuple[Weight, ...],
     norms: tuple[torch.Tensor, ...],
     layer_scalar: torch.Tensor,
     k_pool: torch.Tensor,
@@ -169,12 +195,12 @@ def gemma4_layer(
 
 
 def _gated_linear(
-    a: torch.Tensor, b: torch.Tensor, weight: torch.Tensor, activation: str, fused_gemv: bool
+    a: torch.Tensor, b: torch.Tensor, weight: Weight, activation: str, fused_gemv: bool
 ) -> torch.Tensor:
     """act(a) * b @ weight^T, the GELU case fused into the product at batch 1."""
     if activation == "gelu_pytorch_tanh":
         return kernels.gelu_mul_linear(a, b, weight, fused_gemv)
-    return F.linear(ACTIVATIONS[activation](a) * b, weight)
+    return kernels.linear(ACTIVATIONS[activation](a) * b, weight, False)
 
 
 def _attend(
@@ -215,11 +241,11 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 def gemma4_embed(
     tokens: torch.Tensor,
-    embed: torch.Tensor,
+    embed: Weight,
     embed_scale: torch.Tensor,
-    ple_embed: torch.Tensor,
+    ple_embed: Weight,
     ple_embed_scale: torch.Tensor,
-    w_ple_model: torch.Tensor,
+    w_ple_model: Weight,
     ple_model_scale: float,
     ple_norm: torch.Tensor,
     ple_input_scale: float,
@@ -228,9 +254,9 @@ def gemma4_embed(
     eps: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The token's embedding and its per-layer inputs: (rows, hidden), (rows, layers, P)."""
-    x = F.embedding(tokens, embed) * embed_scale
-    ple_tokens = (F.embedding(tokens, ple_embed) * ple_embed_scale).view(-1, layers, ple_width)
-    proj = (F.linear(x, w_ple_model) * ple_model_scale).view(-1, layers, ple_width)
+    x = _embedding(tokens, embed) * embed_scale
+    ple_tokens = (_embedding(tokens, ple_embed) * ple_embed_scale).view(-1, layers, ple_width)
+    proj = (kernels.linear(x, w_ple_model, False) * ple_model_scale).view(-1, layers, ple_width)
     proj = torch.rms_norm(proj, (ple_width,), ple_norm, eps)
     return x, (proj + ple_tokens) * ple_input_scale
 
@@ -238,7 +264,7 @@ def gemma4_embed(
 def gemma4_head(
     x: torch.Tensor,
     norm: torch.Tensor,
-    lm_head: torch.Tensor,
+    lm_head: Weight,
     softcap: float | None,
     eps: float,
     fused_gemv: bool = False,
@@ -286,8 +312,9 @@ class Gemma4DecodeProgram:
         # towers, which decode never uses.
         text = getattr(hf.model, "language_model", hf.model)
         self._check_supported(config, text)
-        dtype = text.embed_tokens.weight.dtype
-        device = text.embed_tokens.weight.device
+        embed = text.embed_tokens
+        table = embed.scale if isinstance(embed, int4.Int4Embedding) else embed.weight
+        dtype, device = table.dtype, table.device
         self.eps = float(config.rms_norm_eps)
         self.activation = str(config.hidden_activation)
         if self.activation not in ACTIVATIONS:
@@ -295,16 +322,16 @@ class Gemma4DecodeProgram:
         self.softcap = config.final_logit_softcapping
         self.num_layers = config.num_hidden_layers
         self.ple_width = config.hidden_size_per_layer_input
-        self.embed = text.embed_tokens.weight
+        self.embed = _weight(text.embed_tokens)
         self.embed_scale = text.embed_tokens.embed_scale.to(dtype)
-        self.ple_embed = text.embed_tokens_per_layer.weight
+        self.ple_embed = _weight(text.embed_tokens_per_layer)
         self.ple_embed_scale = text.embed_tokens_per_layer.embed_scale.to(dtype)
-        self.w_ple_model = text.per_layer_model_projection.weight
+        self.w_ple_model = _weight(text.per_layer_model_projection)
         self.ple_model_scale = float(text.per_layer_model_projection_scale)
         self.ple_norm = text.per_layer_projection_norm.weight
         self.ple_input_scale = float(text.per_layer_input_scale)
         self.final_norm = text.norm.weight
-        self.lm_head = hf.lm_head.weight
+        self.lm_head = _weight(hf.lm_head)
         # Rotary tables by layer type, from the model's own rotary module over every
         # position, so a step gathers rows instead of computing cos/sin.
         positions = torch.arange(max_len, device=device)[None, :]
@@ -377,8 +404,9 @@ class Gemma4DecodeProgram:
         mlp = layer.mlp
         head_dim = attn.head_dim
         heads = attn.q_proj.out_features // head_dim
+        w_qkv: Weight
         if attn.is_kv_shared_layer:
-            w_qkv = attn.q_proj.weight.detach()
+            w_qkv = _weight(attn.q_proj)
             kv_source = _kv_producer(config, index)
             kv_heads = text.layers[kv_source].self_attn.k_proj.out_features // head_dim
             k_norm = attn.q_norm.weight  # unused: the layer writes no keys
@@ -397,11 +425,11 @@ class Gemma4DecodeProgram:
             writes_kv=not attn.is_kv_shared_layer,
             kv_source=kv_source,
             w_qkv=w_qkv,
-            w_o=attn.o_proj.weight.detach(),
+            w_o=_weight(attn.o_proj),
             w_gate_up=_merge_linears([mlp.gate_proj, mlp.up_proj]),
-            w_down=mlp.down_proj.weight.detach(),
-            w_ple_gate=layer.per_layer_input_gate.weight.detach(),
-            w_ple_proj=layer.per_layer_projection.weight.detach(),
+            w_down=_weight(mlp.down_proj),
+            w_ple_gate=_weight(layer.per_layer_input_gate),
+            w_ple_proj=_weight(layer.per_layer_projection),
             norms=(
                 layer.input_layernorm.weight,
                 attn.q_norm.weight,

@@ -190,7 +190,7 @@ class ModelRunner:
             scratch_slot=batched_decode,
         )
         self.invariant = BatchInvariantLinears(self.model, num_slots) if batch_invariant else None
-        vocab = self.model.get_output_embeddings().weight.shape[0]
+        vocab = int(self.model.get_output_embeddings().out_features)  # also for int4 heads
         # Never choose ids past the tokenizer's vocabulary (padded embedding tables, or a
         # random model with a real model's vocabulary): they decode to nothing. A random
         # model is further held to its declared output ids (see tokenizer.generation_ids).

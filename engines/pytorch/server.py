@@ -33,6 +33,7 @@ def create_state(config: EngineConfig) -> ServingState:
         seed=config.seed,
         max_model_len=config.max_model_len,
         served_name=config.served_model_name,
+        quantize=config.quantize,
     )
     device_type = loaded.device.type
     runner = ModelRunner(
@@ -84,6 +85,7 @@ def create_state(config: EngineConfig) -> ServingState:
             "device": str(loaded.device),
             "dtype": str(loaded.dtype).removeprefix("torch."),
             "batch_invariant": runner.invariant is not None,
+            "quantization": None if loaded.quantization is None else loaded.quantization.summary(),
         },
     )
     return ServingState(model=served, scheduler=scheduler, metrics=metrics)

@@ -24,9 +24,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import PreTrainedModel
 
-from engines.pytorch import kernels
+from engines.pytorch import int4, kernels
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 
@@ -46,19 +45,47 @@ def _timed(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - t0
 
 
-def streamed_weight_bytes(model: PreTrainedModel) -> int:
-    """Bytes a decode step reads from weights: every parameter except embedding tables
-    that are only gathered from (an input embedding tied to the output head counts)."""
-    out_emb = model.get_output_embeddings()
-    head = out_emb.weight.data_ptr() if out_emb is not None else None
+def _weights(module: nn.Module | None) -> list[torch.Tensor]:
+    if module is None:
+        return []
+    if isinstance(module, int4.Int4Linear | int4.Int4Embedding):
+        return [module.packed, module.scale]
+    return list(module.parameters(recurse=False))
+
+
+def streamed_weight_bytes(model: nn.Module) -> int:
+    """Bytes a decode step reads from weights: every parameter (int4 modules: their
+    packed values and scales) except embedding tables that are only gathered from (an
+    input embedding tied to the output head counts)."""
+    head = {t.data_ptr() for t in _weights(model.get_output_embeddings())}
     gathered = {
-        m.weight.data_ptr()
+        t.data_ptr()
         for m in model.modules()
-        if isinstance(m, nn.Embedding) and m.weight.data_ptr() != head
+        if isinstance(m, nn.Embedding | int4.Int4Embedding)
+        for t in _weights(m)
+        if t.data_ptr() not in head
     }
-    return sum(
-        p.numel() * p.element_size() for p in model.parameters() if p.data_ptr() not in gathered
-    )
+    seen: set[int] = set()
+    total = 0
+    for m in model.modules():
+        for t in _weights(m):
+            if t.data_ptr() in gathered or t.data_ptr() in seen:
+                continue
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+    return total
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every weight the model holds (int4 modules: packed values and scales)."""
+    seen: set[int] = set()
+    total = 0
+    for m in model.modules():
+        for t in _weights(m):
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+    return total
 
 
 def copy_bandwidth(device: torch.device, nbytes: int = 1 << 30, repeats: int = 10) -> float:
@@ -242,12 +269,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--profile", action="store_true", help="profile one decode step at the batch sizes"
     )
+    p.add_argument("--quantize", choices=("none", "w4a16"), default="none")
     p.add_argument("--out", help="write the results here as JSON")
     args = p.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",") if b]
-    loaded = load_model(args.model, dtype=args.dtype, device=args.device)
+    loaded = load_model(args.model, dtype=args.dtype, device=args.device, quantize=args.quantize)
     runner = ModelRunner(
         loaded,
         num_slots=max(batches),
@@ -279,7 +307,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "attention_form": args.attention_form,
         "gemv_fusion": args.gemv_fusion,
         "dependent_launch": args.dependent_launch,
+        "quantize": args.quantize,
+        "quantization": None if loaded.quantization is None else loaded.quantization.summary(),
         "weight_bytes_streamed": streamed_weight_bytes(loaded.model),
+        "weight_bytes_held": weight_bytes(loaded.model),
+        "cuda_memory_allocated_bytes": torch.cuda.memory_allocated(loaded.device)
+        if loaded.device.type == "cuda"
+        else None,
         "decode": [
             decode_times(runner, b, args.prompt_len, args.steps, args.warmup) for b in batches
         ],

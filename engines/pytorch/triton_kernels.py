@@ -345,3 +345,212 @@ def attention_combine(
         top = new_top
     out = out / total
     tl.store(out_ptr + pid * DV + dims, out.to(out_ptr.dtype.element_ty))
+
+
+# Int4 weights (W4A16, compressed-tensors' packing: element 8j + i in bits 4i..4i+3 of
+# word j, stored q + 8; one scale per GROUP inputs). BLOCK_K counts inputs (BLOCK_K / 8
+# words a row per chunk). A chunk is taken nibble by nibble: nibble i of every word
+# against inputs 8j + i (a strided read of the input row, from L1), so all tensors stay
+# (rows, words) and nothing is reshaped; the -8 offset is folded in once per word as
+# -8 * (sum of the word's 8 inputs), shared by all rows (llama.cpp's Q4_0 trick).
+GEMV_INT4_CONFIGS = [
+    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+    for bn, bk, w, s in (
+        (2, 1024, 4, 3),
+        (4, 512, 4, 3),
+        (4, 1024, 4, 3),
+        (8, 256, 4, 3),
+        (8, 512, 4, 3),
+        (16, 256, 4, 3),
+        (16, 512, 8, 3),
+        (32, 256, 8, 3),
+        (4, 2048, 8, 2),
+        (8, 1024, 8, 2),
+    )
+]
+
+
+@triton.jit
+def _int4_weights(
+    wq_ptr, s_ptr, rows, row_ok, w0, N, K, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+):  # fmt: skip
+    # One chunk of the program's int4 rows as (rows, words) int32 and their scales per
+    # word (and the matching up rows of a gate/up pair).
+    words = w0 + tl.arange(0, BLOCK_K // 8)
+    mask = row_ok[:, None] & (words < K // 8)[None, :]
+    offsets = rows[:, None] * (K // 8) + words[None, :]
+    s_offsets = rows[:, None] * (K // GROUP) + (words * 8 // GROUP)[None, :]
+    packed = tl.load(wq_ptr + offsets, mask=mask, other=0, eviction_policy="evict_first")
+    scale = tl.load(s_ptr + s_offsets, mask=mask, other=0.0).to(tl.float32)
+    packed_up = packed
+    scale_up = scale
+    if EPILOGUE == 1:
+        up = N * (K // 8)
+        packed_up = tl.load(
+            wq_ptr + up + offsets, mask=mask, other=0, eviction_policy="evict_first"
+        )
+        scale_up = tl.load(s_ptr + N * (K // GROUP) + s_offsets, mask=mask, other=0.0)
+        scale_up = scale_up.to(tl.float32)
+    return packed, scale, packed_up, scale_up
+
+
+@triton.autotune(
+    configs=GEMV_INT4_CONFIGS,
+    key=["N", "K", "PROLOGUE", "SCALE", "EPILOGUE", "GROUP"],
+    cache_results=True,
+)
+@triton.jit
+def gemv_int4(
+    x_ptr,
+    b_ptr,
+    nw_ptr,
+    rw_ptr,
+    s_ptr,
+    xo_ptr,
+    m_ptr,
+    wq_ptr,
+    ws_ptr,
+    y_ptr,
+    N,
+    K,
+    eps,
+    PROLOGUE: tl.constexpr,
+    SCALE: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    PDL: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    # `gemv` with int4 weights: the same prologues and epilogues, codes and roundings.
+    pid = tl.program_id(0)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    packed, scale, packed_up, scale_up = _int4_weights(
+        wq_ptr, ws_ptr, rows, row_ok, 0, N, K, BLOCK_K, GROUP, EPILOGUE
+    )
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    rstd = 1.0
+    branch_rstd = 1.0
+    scalar = 1.0
+    if SCALE:
+        scalar = tl.load(s_ptr).to(tl.float32)
+    if PROLOGUE == 1:
+        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
+    if PROLOGUE == 3 or PROLOGUE == 4:
+        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
+        row_squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            res_cols = k0 + tl.arange(0, BLOCK_K)
+            res_ok = res_cols < K
+            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, res_cols, res_ok, branch_rstd, SCALE)
+            row_squares += xn * xn
+            if pid == 0:
+                tl.store(xo_ptr + res_cols, xn.to(xo_ptr.dtype.element_ty), mask=res_ok)
+        rstd = 1.0 / tl.sqrt(tl.sum(row_squares, axis=0) / K + eps)
+    acc = tl.zeros((BLOCK_N, BLOCK_K // 8), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_N, BLOCK_K // 8), dtype=tl.float32)
+    squares = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        if k0 > 0:
+            packed, scale, packed_up, scale_up = _int4_weights(
+                wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, EPILOGUE
+            )
+        first = k0 + tl.arange(0, BLOCK_K // 8) * 8
+        part = tl.zeros((BLOCK_N, BLOCK_K // 8), dtype=tl.float32)
+        part_up = tl.zeros((BLOCK_N, BLOCK_K // 8), dtype=tl.float32)
+        x_sum = tl.zeros((BLOCK_K // 8,), dtype=tl.float32)
+        for i in tl.static_range(8):
+            cols = first + i
+            x, squares = _input(
+                x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, cols < K, rstd, branch_rstd,
+                squares, PROLOGUE, SCALE,
+            )  # fmt: skip
+            x_sum += x
+            part += ((packed >> (4 * i)) & 0xF).to(tl.float32) * x[None, :]
+            if EPILOGUE == 1:
+                part_up += ((packed_up >> (4 * i)) & 0xF).to(tl.float32) * x[None, :]
+        acc += (part - 8.0 * x_sum[None, :]) * scale
+        if EPILOGUE == 1:
+            acc_up += (part_up - 8.0 * x_sum[None, :]) * scale_up
+    y = tl.sum(acc, axis=1)
+    up = tl.sum(acc_up, axis=1)
+    if PROLOGUE == 5:
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+        y = y * rstd
+        up = up * rstd
+    if EPILOGUE == 1:
+        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
+    elif EPILOGUE == 2:
+        m = tl.load(m_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
+# A few rows (2 to 64 decode rows): tiles of BLOCK_M rows by BLOCK_N outputs; each chunk
+# nibble by nibble as in `gemv_int4`, each nibble's (outputs, words) tile dequantized in
+# registers to the activation dtype and multiplied on the tensor cores against the
+# inputs 8j + i, so the weights stream once for all rows.
+MATMUL_INT4_CONFIGS = [
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+    for bm, bn, bk, w, s in (
+        (16, 64, 128, 4, 3),
+        (16, 128, 128, 4, 3),
+        (16, 64, 256, 4, 3),
+        (32, 64, 256, 4, 3),
+        (64, 64, 128, 4, 3),
+        (64, 128, 256, 8, 3),
+    )
+]
+
+
+@triton.autotune(
+    configs=MATMUL_INT4_CONFIGS, key=["M_BUCKET", "N", "K", "GROUP"], cache_results=True
+)
+@triton.jit
+def matmul_int4(
+    x_ptr,
+    wq_ptr,
+    ws_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    M_BUCKET,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    outs = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    out_ok = outs < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+        word_ok = words < K // 8
+        mask = out_ok[:, None] & word_ok[None, :]
+        packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
+        scale = tl.load(
+            ws_ptr + outs[:, None] * (K // GROUP) + (words * 8 // GROUP)[None, :],
+            mask=mask,
+            other=0.0,
+        ).to(tl.float32)
+        x_mask = row_ok[:, None] & word_ok[None, :]
+        for i in tl.static_range(8):
+            x_offsets = rows[:, None] * K + (words * 8 + i)[None, :]
+            x = tl.load(x_ptr + x_offsets, mask=x_mask, other=0.0)
+            q = ((packed >> (4 * i)) & 0xF) - 8
+            w = (q.to(tl.float32) * scale).to(x.dtype)
+            acc += tl.dot(x, tl.trans(w))
+    tl.store(
+        y_ptr + rows[:, None] * N + outs[None, :],
+        acc.to(y_ptr.dtype.element_ty),
+        mask=row_ok[:, None] & out_ok[None, :],
+    )

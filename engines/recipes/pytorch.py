@@ -1,7 +1,10 @@
 """The project's own PyTorch engine (engines/pytorch): `python -m engines.pytorch`.
 
 Nothing to install beyond the project and its torch. Its CLI (engines/pytorch/config.py) is
-`--model M --host H --port P --max-running N --dtype D [--max-model-len L] [--threads T]`.
+`--model M --host H --port P --max-running N --dtype D [--max-model-len L] [--threads T]
+[--quantize w4a16]`. A compressed-tensors W4A16 source (the campaigns' default for this
+engine) is served in int4 as it is (engines/pytorch/checkpoint.py); the version probe
+records the weights' form in the manifest.
 dtype follows the seeds: bfloat16 on sm_80+, float16 on Turing (seed 001: the T4 measured
 19.51 TFLOPS fp16 against 2.82 fp32), float32 on CPU. Unlike the seeds' engine, which
 served one request at a time, this one batches; max_running defaults to the sweep's 64.
@@ -43,6 +46,7 @@ RECIPE = EngineRecipe(
         Flag(setting="dtype", flag="--dtype"),
         Flag(setting="context", flag="--max-model-len"),
         Flag(setting="threads", flag="--threads"),
+        Flag(setting="quantize", flag="--quantize"),
     ),
     settings={
         "max_running": SettingSpec(
@@ -73,6 +77,13 @@ RECIPE = EngineRecipe(
             help="CPU threads for torch ops (None: the engine's default, 1)",
             source="derived",
         ),
+        "quantize": SettingSpec(
+            type="str",
+            default=None,
+            choices=("none", "w4a16"),
+            help="w4a16: int4 weights quantized at load (a W4A16 checkpoint is int4 as it is)",
+            source="issue 18: the seeds served int4 weights",
+        ),
     },
     port=8100,
     ready=ReadyCheck(
@@ -96,6 +107,7 @@ RECIPE = EngineRecipe(
         ),
     },
     drafter=DrafterRefusal(reason="the project's PyTorch engine has no speculative decoding"),
-    version_probe=("{python}", "-c", "import torch; print(torch.__version__, torch.version.cuda)"),
+    # torch, CUDA and the weights' form (a W4A16 checkpoint's format, group size, targets).
+    version_probe=("{python}", "-m", "engines.pytorch.describe", "{model}"),
     build_id="pytorch-engine-{variant}",
 )

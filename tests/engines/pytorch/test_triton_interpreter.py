@@ -22,10 +22,11 @@ import pytest
 pytest.importorskip("triton")
 
 
-def test_kernels_compute_their_torch_forms_in_the_interpreter() -> None:
+@pytest.mark.parametrize("part", ["dense", "int4"])
+def test_kernels_compute_their_torch_forms_in_the_interpreter(part: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
-        [sys.executable, __file__],
+        [sys.executable, __file__, part],
         env=env,
         capture_output=True,
         text=True,
@@ -56,15 +57,16 @@ def _gemv_checks(
     gemv: Any, inputs: tuple[Any, ...], record: Any, out: dict[str, dict[str, Any]], tag: str
 ) -> None:
     """Every prologue and epilogue of `kernels`, against the same torch forms the CPU and
-    larger batches run (`fused=False`)."""
+    larger batches run (`fused=False`); `w` dense or int4 (packed, scale)."""
     import torch
     import torch.nn.functional as F
 
     from engines.pytorch import kernels
 
     x, b, nw, w, m = inputs
-    k = w.shape[1]
-    xf, bf, nwf, wf = x.float(), b.float(), nw.float(), w.float()
+    wf = kernels.dense(w, torch.float32)
+    k = wf.shape[1]
+    xf, bf, nwf = x.float(), b.float(), nw.float()
     normed = torch.rms_norm(xf, (k,), nwf, 1e-6)
     record(f"plain{tag}", gemv(kernels.PLAIN), xf @ wf.T, kernels.linear(x, w, False))
     torch_norm = kernels.norm_linear(x, nw, 1e-6, w, False)
@@ -84,7 +86,9 @@ def _gemv_checks(
     scalar = torch.full((1,), 0.7).to(x.dtype)
     for norm, scale, times in ((None, None, None), (nw, None, None), (None, scalar, m)):
         label = f"residual{' norm' if norm is not None else ''}{' scalar' if scale else ''}"
-        y, x_new = kernels._residual_gemv_op(x, b, nw, scale, norm, w, 1e-6, times)
+        y, x_new = kernels._residual_gemv_op(
+            x, b, nw, scale, norm, *kernels._parts(w), 1e-6, times
+        )
         ref, ref_x = kernels.residual_linear(x, b, nw, scale, norm, 1e-6, w, False, times)
         # Bit-equal on a GPU (`test_kernels`); the interpreter truncates where the GPU
         # rounds to nearest, at each of the row's two roundings: two ulps of the terms.
@@ -101,7 +105,7 @@ def _gemv_checks(
         record(label + tag, y, exact, ref)
 
 
-def _checks() -> dict[str, dict[str, Any]]:
+def _checks(part: str) -> dict[str, dict[str, Any]]:
     import torch
 
     from engines.pytorch import attention_kernel, kernels
@@ -136,6 +140,9 @@ def _checks() -> dict[str, dict[str, Any]]:
     # narrow, a wide and a whole-row one, each through every form below.
     from engines.pytorch import triton_kernels
 
+    if part == "int4":
+        _int4_checks(rand, record, out)
+        return out
     tuner = triton_kernels.gemv
     for config in (
         triton_kernels.GEMV_CONFIGS[1],
@@ -181,9 +188,62 @@ def _checks() -> dict[str, dict[str, Any]]:
     return out
 
 
+def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None:
+    """The int4 kernels against dequantize-then-matmul: groups of 32 and 128 over 512
+    inputs (every block shape's chunks cross or split groups; 96 rows: partial row
+    blocks), each configuration the autotuner may choose (two through every prologue and
+    epilogue of the dense kernel, the rest through the plain product and the gate/up
+    pair); and the few-rows kernel in float16 (the interpreter's
+    bfloat16 tl.dot is not faithful) at each of its configurations for 3 and 64 rows."""
+    import torch
+
+    from engines.pytorch import int4, kernels, triton_kernels
+
+    n, k = 96, 512
+    x, b, nw, m = rand(1, k, scale=3.0), rand(1, k), rand(k), rand(1, n)
+    weights = {g: int4.quantize(rand(n, k, scale=k**-0.5), g) for g in (32, 128)}
+    # Every configuration once, the two group sizes in turn (the interpreter is slow).
+    tuner = triton_kernels.gemv_int4
+    for i, config in enumerate(triton_kernels.GEMV_INT4_CONFIGS):
+        group = (32, 128)[i % 2]
+        w = weights[group]
+
+        def gemv(
+            prologue: int, epilogue: int = kernels.NO_EPILOGUE, w: Any = w, **kw: Any
+        ) -> torch.Tensor:
+            return kernels._launch(x, w, eps=1e-6, prologue=prologue, epilogue=epilogue, **kw)
+
+        tuner.configs, tuner.cache = [config], {}
+        tag = f" [int4 g{group} {config.kwargs['BLOCK_N']}x{config.kwargs['BLOCK_K']}]"
+        if i < 2:  # every form, at two block shapes (the interpreter is slow)
+            _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
+            continue
+        # Elsewhere the plain product and the gate/up pair with the norm scaled after it.
+        wf = kernels.dense(w, torch.float32)
+        exact = x.float() @ wf.T
+        record(f"plain{tag}", gemv(kernels.PLAIN), exact, kernels.linear(x, w, False))
+        normed = torch.rms_norm(x.float(), (k,), nw.float(), 1e-6)
+        gate, up = (normed @ wf.T).chunk(2, dim=-1)
+        pair = torch.nn.functional.gelu(gate, approximate="tanh") * up
+        got = gemv(kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, norm_weight=nw)
+        record(f"gate/up pair{tag}", got, pair, kernels.gated_norm_linear(x, nw, 1e-6, w, False))
+    tuner = triton_kernels.matmul_int4
+    for i, config in enumerate(triton_kernels.MATMUL_INT4_CONFIGS):
+        group = (32, 128)[i % 2]
+        w16 = (weights[group][0], weights[group][1].to(torch.float16))
+        tuner.configs, tuner.cache = [config], {}
+        for rows in (3, 64):
+            xr = rand(rows, k, dtype=torch.float16)
+            got = kernels._launch_matmul_int4(xr, *w16)
+            exact = xr.float() @ kernels.dense(w16, torch.float32).T
+            torch_form = xr @ kernels.dense(w16, torch.float16).T
+            shape = "x".join(str(config.kwargs[d]) for d in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+            record(f"int4 g{group} {rows} rows [{shape}]", got, exact, torch_form)
+
+
 if __name__ == "__main__":
     _interpreter_fix()
-    print(json.dumps(_checks()))
+    print(json.dumps(_checks(sys.argv[1])))
 
 
 def test_tuned_configs_lists_the_autotuners_choices() -> None:

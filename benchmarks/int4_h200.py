@@ -1,0 +1,220 @@
+"""Gemma 4 E2B's projections on one GPU in three weight forms, shape by shape and as one
+decode step's chain, at 1, 8 and 64 rows: bf16 through cuBLAS (`F.linear`), W4A16 through
+the engine's int4 kernels (`engines.pytorch.kernels.linear`: `gemv_int4` at one row,
+`matmul_int4` for a few), and W4A16 through torch's own `aten._weight_int4pack_mm`
+(tinygemm), all with groups of 32; against the copy bandwidth measured in the same run.
+First, the int4 kernels' results against dequantize-then-matmul on the GPU (each shape,
+and the fused forms the decode program uses).
+
+Timings replay a CUDA graph of the products over enough weight copies (>= 256 MB) that
+the L2 cache cannot serve them (`benchmarks.gemv_h200`).
+
+    python -m benchmarks.int4_h200 [--out result.json] [--batches 1,8,64]
+
+Prints a table; needs a CUDA device with Triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.gemv_h200 import SHAPES, _timed_graph
+from engines.pytorch import int4, kernels
+from engines.pytorch.stepbench import copy_bandwidth
+
+GROUP = 32
+MIN_STREAM_BYTES = 256 << 20
+
+
+def _tinygemm(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """torch's int4 layout for `_weight_int4pack_mm`: values 0..15 two to a byte, packed
+    by `_convert_weight_to_int4pack`, and (groups, N, 2) scales and zero points."""
+    k = w.shape[1]
+    packed, scale = int4.quantize(w, GROUP)
+    q = (int4.unpack(packed, k).to(torch.int32) + 8).to(torch.uint8)
+    pairs = (q[:, ::2] << 4 | q[:, 1::2]).contiguous()
+    tiles = torch._convert_weight_to_int4pack(pairs, 8)
+    # tinygemm: w = (q - 8) * scale + zero with zero = 0 for a symmetric grid.
+    zeros = torch.zeros_like(scale)
+    sz = torch.stack([scale, zeros], dim=-1).transpose(0, 1).contiguous()
+    return tiles, sz
+
+
+def correctness() -> list[dict[str, Any]]:
+    """Relative max error of the int4 kernels against x @ dequantize(w)^T in float32."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    out = []
+    dtype = torch.bfloat16
+    for name, n, k, _count in SHAPES:
+        w = torch.randn(n, k, device="cuda", dtype=dtype, generator=gen) / k**0.5
+        q = int4.quantize(w, GROUP)
+        wf = kernels.dense(q, torch.float32)
+        for rows in (1, 8, 64):
+            x = torch.randn(rows, k, device="cuda", dtype=dtype, generator=gen)
+            ref = x.float() @ wf.T
+            got = kernels.linear(x, q).float()
+            err = float((got - ref).abs().max() / ref.abs().max())
+            out.append({"name": name, "rows": rows, "max_err_over_max": err})
+    n, k = 2 * 6144, 1536
+    w = torch.randn(n, k, device="cuda", dtype=dtype, generator=gen) / k**0.5
+    q = int4.quantize(w, GROUP)
+    x = torch.randn(1, k, device="cuda", dtype=dtype, generator=gen) * 3
+    nw = torch.randn(k, device="cuda", dtype=dtype, generator=gen)
+    b = torch.randn(1, k, device="cuda", dtype=dtype, generator=gen)
+    m = torch.randn(1, n, device="cuda", dtype=dtype, generator=gen)
+    forms: dict[str, Callable[[bool], torch.Tensor]] = {
+        "norm + gate/up pair (post scale)": lambda f: kernels.gated_norm_linear(
+            x, nw, 1e-6, q, f, post_scale=True
+        ),
+        "norm + linear": lambda f: kernels.norm_linear(x, nw, 1e-6, q, f),
+        "residual + linear, gelu times": lambda f: kernels.residual_linear(
+            x, b, nw, None, None, 1e-6, q, f, gate_times=m
+        )[0],
+    }
+    for name, fn in forms.items():
+        ref, got = fn(False).float(), fn(True).float()
+        err = float((got - ref).abs().max() / ref.abs().max())
+        out.append({"name": name, "rows": 1, "max_err_over_max": err})
+    return out
+
+
+def shape_times(n: int, k: int, rows: int) -> dict[str, Any]:
+    dtype = torch.bfloat16
+    dense_bytes = n * k * 2
+    int4_bytes = n * k // 2 + n * (k // GROUP) * 2
+    copies = max(1, math.ceil(MIN_STREAM_BYTES / int4_bytes))
+    x = torch.randn(rows, k, device="cuda", dtype=dtype)
+    out: dict[str, Any] = {"N": n, "K": k, "rows": rows, "copies": copies}
+    base = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
+    ours = [int4.quantize(base, GROUP) for _ in range(1)]
+    ours = [(ours[0][0].clone(), ours[0][1].clone()) for _ in range(copies)]
+    dense_copies = max(1, math.ceil(MIN_STREAM_BYTES / dense_bytes))
+    dense = [base.clone() for _ in range(dense_copies)]
+    impls: list[tuple[str, Callable[[], Any], int, int]] = [
+        ("bf16_cublas", lambda: [F.linear(x, w) for w in dense], dense_copies, dense_bytes),
+        ("int4_ours", lambda: [kernels.linear(x, w) for w in ours], copies, int4_bytes),
+    ]
+    if rows > 1:
+        impls.append(
+            (
+                "int4_dequant_cublas",
+                lambda: [F.linear(x, kernels.dense(w, dtype)) for w in ours],
+                copies,
+                int4_bytes,
+            )
+        )
+    try:
+        tiles, sz = _tinygemm(base)
+        torch_int4 = [(tiles.clone(), sz.clone()) for _ in range(copies)]
+        impls.append(
+            (
+                "int4_torch",
+                lambda: [torch._weight_int4pack_mm(x, t, GROUP, s) for t, s in torch_int4],
+                copies,
+                int4_bytes,
+            )
+        )
+    except Exception as exc:  # recorded: torch's layout may refuse a shape
+        out["int4_torch_error"] = f"{type(exc).__name__}: {exc}"
+    for name, fn, count, nbytes in impls:
+        try:
+            seconds = _timed_graph(fn) / count
+        except Exception as exc:
+            out[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
+            continue
+        out[f"{name}_us"] = seconds * 1e6
+        out[f"{name}_gb_s"] = nbytes / seconds / 1e9
+    dense.clear()
+    ours.clear()
+    torch.cuda.empty_cache()
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.int4_h200", description=__doc__)
+    p.add_argument("--out")
+    p.add_argument("--batches", default="1,8,64")
+    args = p.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",") if b]
+    bw = copy_bandwidth(torch.device("cuda"), nbytes=1 << 30)
+    result: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "copy_bandwidth_gb_s": bw / 1e9,
+        "group_size": GROUP,
+    }
+    try:
+        result["correctness"] = correctness()
+    except Exception:
+        result["correctness_error"] = traceback.format_exc()
+    rows_out = []
+    for rows in batches:
+        for name, n, k, count in SHAPES:
+            r = shape_times(n, k, rows)
+            r.update(name=name, count=count)
+            rows_out.append(r)
+    result["shapes"] = rows_out
+    dense_gb = sum(n * k * 2 * c for _, n, k, c in SHAPES) / 1e9
+    int4_gb = sum((n * k // 2 + n * (k // GROUP) * 2) * c for _, n, k, c in SHAPES) / 1e9
+    result["step_weight_gb"] = {"bf16": dense_gb, "int4": int4_gb}
+    result["step_roofline_ms"] = {
+        "bf16": 1e3 * dense_gb * 1e9 / bw,
+        "int4": 1e3 * int4_gb * 1e9 / bw,
+    }
+    lines = [
+        f"{result['gpu']}, copy bandwidth {bw / 1e9:.0f} GB/s, int4 groups of {GROUP}",
+        f"one step's projections: bf16 {dense_gb:.2f} GB (roofline "
+        f"{result['step_roofline_ms']['bf16']:.3f} ms), int4 {int4_gb:.2f} GB (roofline "
+        f"{result['step_roofline_ms']['int4']:.3f} ms)",
+        "| rows | bf16 cuBLAS ms | int4 ours ms | int4 torch tinygemm ms | ours vs bf16 | "
+        "ours vs tinygemm |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    steps: dict[str, dict[str, float]] = {}
+    for rows in batches:
+        these = [r for r in rows_out if r["rows"] == rows]
+        step = {}
+        for impl in ("bf16_cublas", "int4_ours", "int4_torch", "int4_dequant_cublas"):
+            if all(f"{impl}_us" in r for r in these):
+                step[impl] = sum(r[f"{impl}_us"] * r["count"] for r in these) / 1e3
+        steps[str(rows)] = step
+        b, o, t, d = (
+            step.get(i) for i in ("bf16_cublas", "int4_ours", "int4_torch", "int4_dequant_cublas")
+        )
+        lines.append(
+            f"| {rows} | {b or float('nan'):.3f} | {o or float('nan'):.3f} | "
+            f"{t or float('nan'):.3f} | {(o / b) if b and o else float('nan'):.2f}x time | "
+            f"{(t / o) if t and o else float('nan'):.2f}x faster |"
+            + (f" dequantize + cuBLAS {d:.3f} ms" if d else "")
+        )
+    result["step_ms"] = steps
+    lines.append(
+        "| projection | rows | bf16 us (GB/s) | int4 ours us (GB/s) | tinygemm us (GB/s) |"
+    )
+    lines.append("| --- | --- | --- | --- | --- |")
+    for r in rows_out:
+        cells = [
+            f"{r[f'{i}_us']:.1f} ({r[f'{i}_gb_s']:.0f})" if f"{i}_us" in r else "error"
+            for i in ("bf16_cublas", "int4_ours", "int4_torch")
+        ]
+        lines.append(f"| {r['name']} {r['N']}x{r['K']} | {r['rows']} | " + " | ".join(cells) + " |")
+    worst = max((c["max_err_over_max"] for c in result.get("correctness", [])), default=None)
+    lines.append(f"int4 kernels vs dequantize-then-matmul: worst max error {worst} of the scale")
+    result["table"] = "\n".join(lines)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(result, f, indent=2)
+    print(result["table"])
+    return result
+
+
+if __name__ == "__main__":
+    main()

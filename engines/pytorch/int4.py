@@ -1,0 +1,254 @@
+"""Int4 weights (W4A16): compressed-tensors' `pack-quantized` layout, round-to-nearest
+quantization, and the modules that hold such weights in a model.
+
+The format, from compressed-tensors' own source (`compressors/pack_quantized/helpers.py`
+and `base.py`, `quantization/utils/helpers.py`, version 0.20): a quantized module stores
+`weight_packed` int32 (out, ceil(in / 8)), `weight_scale` (out, in / group) in the model's
+dtype and `weight_shape` int32 (out, in). Each signed value q in [-8, 7] is stored as q + 8,
+eight to a word, element 8j + i in bits 4i..4i+3 of word j; the weight is q * scale.
+A symmetric scale is max|w| of its group / 7.5, and q = clamp(round(w / scale), -8, 7).
+
+An int4 weight travels through the engine as the pair (packed, scale): the group size is
+in/scale.shape[1] and in = 8 * packed.shape[1], so nothing else is needed, and the pair
+passes through torch.compile as plain tensors. Rows are independent, so the merged
+projections of the decode program are concatenations of packed rows and scale rows.
+
+`Int4Linear` and `Int4Embedding` replace a model's `nn.Linear` / `nn.Embedding` on CUDA
+(the weights stay int4 in GPU memory; `kernels` multiplies them). On the CPU the engine
+dequantizes instead and runs its dense path (`dequantize_into`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel
+
+log = logging.getLogger(__name__)
+
+BITS = 4
+OFFSET = 8
+QMIN, QMAX = -8, 7
+PER_WORD = 32 // BITS
+DEFAULT_GROUP_SIZE = 32
+# compressed-tensors' symmetric scale: max|w| / ((qmax - qmin) / 2).
+SCALE_DIVISOR = (QMAX - QMIN) / 2
+
+Int4 = tuple[torch.Tensor, torch.Tensor]  # (packed int32 (N, K/8), scale (N, K/group))
+TENSOR_NAMES = ("weight_packed", "weight_scale", "weight_shape")
+
+
+class Int4FormatError(ValueError):
+    """An int4 tensor set that does not fit the format (shapes, dtypes, group size)."""
+
+
+def pack(q: torch.Tensor) -> torch.Tensor:
+    """Signed int4 values (N, K) in [-8, 7] -> int32 words (N, ceil(K / 8))."""
+    rows, cols = q.shape
+    words = -(-cols // PER_WORD)
+    u = (q.to(torch.int32) + OFFSET) & 0xF
+    u = F.pad(u, (0, words * PER_WORD - cols)).view(rows, words, PER_WORD)
+    shifts = torch.arange(PER_WORD, device=q.device, dtype=torch.int32) * BITS
+    # Disjoint bit fields: the sum is their OR; int32 wraps the top nibble into the sign.
+    return (u << shifts).sum(dim=-1, dtype=torch.int64).to(torch.int32).view(rows, words)
+
+
+def unpack(packed: torch.Tensor, cols: int) -> torch.Tensor:
+    """int32 words (N, W) -> signed int4 values (N, cols) as int8."""
+    rows, words = packed.shape
+    shifts = torch.arange(PER_WORD, device=packed.device, dtype=torch.int32) * BITS
+    u = (packed[:, :, None] >> shifts) & 0xF
+    return (u.view(rows, words * PER_WORD)[:, :cols] - OFFSET).to(torch.int8)
+
+
+def group_size_of(packed: torch.Tensor, scale: torch.Tensor) -> int:
+    return packed.shape[1] * PER_WORD // scale.shape[1]
+
+
+def dequantize(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """q * scale, (N, K) in `dtype`, computed in float32 and rounded once."""
+    cols = packed.shape[1] * PER_WORD
+    group = cols // scale.shape[1]
+    q = unpack(packed, cols).float().view(packed.shape[0], scale.shape[1], group)
+    return (q * scale.float()[:, :, None]).view(packed.shape[0], cols).to(dtype)
+
+
+def quantize(weight: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> Int4:
+    """Round-to-nearest symmetric int4 of a (N, K) weight: (packed, scale in its dtype),
+    the values compressed-tensors' own min/max scales and `quantize` give. The scale is
+    rounded to the weight's dtype before q is chosen."""
+    rows, cols = weight.shape
+    if group_size % PER_WORD or cols % group_size:
+        raise Int4FormatError(
+            f"group size {group_size} must be a multiple of {PER_WORD} dividing the "
+            f"input width {cols}"
+        )
+    w = weight.detach().float().view(rows, cols // group_size, group_size)
+    scale = (w.abs().amax(dim=-1) / SCALE_DIVISOR).to(weight.dtype)
+    # An all-zero group gets the dtype's epsilon, as compressed-tensors gives it.
+    scale = torch.where(scale == 0, torch.finfo(weight.dtype).eps, scale)
+    # w / scale in the weight's dtype, then rounded: compressed-tensors' `quantize` order.
+    ratio = weight.detach().view(rows, cols // group_size, group_size) / scale[:, :, None]
+    q = torch.clamp(torch.round(ratio.float()), QMIN, QMAX).to(torch.int8)
+    return pack(q.view(rows, cols)), scale.contiguous()
+
+
+def check(name: str, packed: torch.Tensor, scale: torch.Tensor, shape: tuple[int, int]) -> int:
+    """The group size of a checkpoint's (packed, scale) for a weight of `shape`, or
+    Int4FormatError naming what does not fit."""
+    rows, cols = shape
+    if packed.dtype != torch.int32:
+        raise Int4FormatError(f"{name}.weight_packed is {packed.dtype}, not int32")
+    if tuple(packed.shape) != (rows, -(-cols // PER_WORD)):
+        raise Int4FormatError(
+            f"{name}.weight_packed has shape {tuple(packed.shape)}, expected "
+            f"{(rows, -(-cols // PER_WORD))} for a {rows}x{cols} weight"
+        )
+    if scale.dim() != 2 or scale.shape[0] != rows or not scale.is_floating_point():
+        raise Int4FormatError(
+            f"{name}.weight_scale has shape {tuple(scale.shape)} ({scale.dtype}), expected "
+            f"({rows}, groups) floating point"
+        )
+    if cols % PER_WORD or cols % scale.shape[1] or (cols // scale.shape[1]) % PER_WORD:
+        raise Int4FormatError(
+            f"{name}: {scale.shape[1]} scale groups over {cols} inputs; supported: group "
+            f"sizes that are multiples of {PER_WORD} and divide the input width"
+        )
+    return cols // scale.shape[1]
+
+
+class Int4Linear(nn.Module):
+    """y = x @ (q * scale)^T with the weight kept as int4 (`kernels.linear` multiplies)."""
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+
+    def __init__(self, packed: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.register_buffer("packed", packed)
+        self.register_buffer("scale", scale)
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        self.out_features = packed.shape[0]
+        self.in_features = packed.shape[1] * PER_WORD
+
+    @property
+    def int4(self) -> Int4:
+        return self.packed, self.scale
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from engines.pytorch import kernels
+
+        rows = x.reshape(-1, self.in_features)  # transformers passes (batch, tokens, in)
+        y = kernels.linear(rows, self.int4).view(*x.shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def extra_repr(self) -> str:
+        group = group_size_of(self.packed, self.scale)
+        return f"in={self.in_features}, out={self.out_features}, int4 group {group}"
+
+
+def embedding(tokens: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Rows `tokens` of an int4 table, dequantized: (..., dim) in the scale's dtype."""
+    flat = tokens.reshape(-1)
+    rows = dequantize(packed[flat], scale[flat], scale.dtype)
+    return rows.view(*tokens.shape, rows.shape[-1])
+
+
+class Int4Embedding(nn.Module):
+    """An embedding table kept as int4; rows are dequantized as they are gathered. Keeps
+    the replaced module's `embed_scale` (Gemma's scaled embeddings multiply by it)."""
+
+    packed: torch.Tensor
+    scale: torch.Tensor
+
+    def __init__(self, packed: torch.Tensor, scale: torch.Tensor, embed_scale: object = None):
+        super().__init__()
+        self.register_buffer("packed", packed)
+        self.register_buffer("scale", scale)
+        self.num_embeddings = packed.shape[0]
+        self.embedding_dim = packed.shape[1] * PER_WORD
+        if isinstance(embed_scale, torch.Tensor):
+            self.register_buffer("embed_scale", embed_scale, persistent=False)
+        else:
+            self.embed_scale = embed_scale
+
+    @property
+    def int4(self) -> Int4:
+        return self.packed, self.scale
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        rows = embedding(tokens, self.packed, self.scale)
+        if self.embed_scale is None:
+            return rows
+        return rows * torch.as_tensor(self.embed_scale).to(rows.dtype)
+
+
+@dataclass(frozen=True)
+class QuantizedModule:
+    """One module of a model whose weight is int4: its name and kind."""
+
+    name: str
+    kind: str  # "linear" or "embedding"
+    group_size: int
+
+
+def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    parent_name, _, child = name.rpartition(".")
+    return (model.get_submodule(parent_name) if parent_name else model), child
+
+
+def install(model: nn.Module, name: str, packed: torch.Tensor, scale: torch.Tensor) -> str:
+    """Replace module `name` (nn.Linear or nn.Embedding) by its int4 form, on the
+    module's device, the scales in its dtype (the activations'); returns the kind."""
+    module = model.get_submodule(name)
+    parent, child = _parent(model, name)
+    if isinstance(module, nn.Embedding):
+        device, dtype = module.weight.device, module.weight.dtype
+        replacement: nn.Module = Int4Embedding(
+            packed.to(device), scale.to(device, dtype), getattr(module, "embed_scale", None)
+        )
+        kind = "embedding"
+    elif isinstance(module, nn.Linear):
+        device, dtype = module.weight.device, module.weight.dtype
+        bias = None if module.bias is None else module.bias.detach()
+        replacement = Int4Linear(packed.to(device), scale.to(device, dtype), bias)
+        kind = "linear"
+    else:
+        raise Int4FormatError(f"{name} is a {type(module).__name__}, not a Linear or Embedding")
+    setattr(parent, child, replacement)
+    return kind
+
+
+def dequantize_into(model: nn.Module, name: str, packed: torch.Tensor, scale: torch.Tensor) -> str:
+    """Write q * scale into module `name`'s dense weight (in place, so a tied head that
+    shares the tensor follows); returns the kind."""
+    module = model.get_submodule(name)
+    if not isinstance(module, nn.Linear | nn.Embedding):
+        raise Int4FormatError(f"{name} is a {type(module).__name__}, not a Linear or Embedding")
+    weight = module.weight
+    with torch.no_grad():
+        weight.copy_(dequantize(packed, scale, weight.dtype).to(weight.device))
+    return "embedding" if isinstance(module, nn.Embedding) else "linear"
+
+
+def tie_head(model: PreTrainedModel) -> bool:
+    """Point a tied LM head at the int4 token embedding (the same packed rows); True if
+    it did. Called after the embedding became int4."""
+    config = model.config
+    tied = bool(getattr(config, "tie_word_embeddings", False)) or bool(
+        getattr(config.get_text_config(), "tie_word_embeddings", False)
+    )
+    embed = model.get_input_embeddings()
+    if not tied or not isinstance(embed, Int4Embedding):
+        return False
+    head = model.get_output_embeddings()
+    head_name = next((n for n, m in model.named_modules() if m is head), None)
+    if head_name is None:
+        return False
+    parent, child = _parent(model, head_name)
+    setattr(parent, child, Int4Linear(embed.packed, embed.scale, None))
+    return True

@@ -1,0 +1,333 @@
+"""W4A16 weights on the CPU: the pack-quantized format against compressed-tensors itself
+(packing, round-to-nearest scales, whole-checkpoint decompression), the engine's greedy
+text on a library-written tiny Gemma 4 against transformers on the dequantized weights,
+the quantize command's round trip, and one-line refusals of what the engine cannot serve."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from compressed_tensors.compressors import ModelCompressor
+from compressed_tensors.compressors.pack_quantized.helpers import (
+    pack_to_int32,
+    unpack_from_int32,
+)
+from compressed_tensors.quantization import (
+    QuantizationArgs,
+    QuantizationConfig,
+    QuantizationScheme,
+    apply_quantization_config,
+)
+from compressed_tensors.quantization.lifecycle.forward import quantize as ct_quantize
+from compressed_tensors.quantization.utils import calculate_qparams
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+from transformers.utils.quantization_config import CompressedTensorsConfig
+
+from engines.pytorch import checkpoint, int4
+from engines.pytorch.model import build_random_model, load_model
+from engines.pytorch.runner import ModelRunner
+
+# tiny-gemma4's narrowest inputs are 8 wide (per-layer inputs), so its groups are 8.
+GROUP = 8
+NEW_TOKENS = 24
+
+
+def _args(group: int) -> QuantizationArgs:
+    return QuantizationArgs(
+        num_bits=4, type="int", symmetric=True, strategy="group", group_size=group
+    )
+
+
+def _write_with_compressed_tensors(out: Path, group: int) -> None:
+    """random:tiny-gemma4 in float32 as the library writes a W4A16 checkpoint: its scheme
+    applied, its min/max scales, its compressor, its config entry."""
+    model, tokenizer, _ = build_random_model(
+        "tiny-gemma4", dtype=torch.float32, device=torch.device("cpu")
+    )
+    args = _args(group)
+    scheme = QuantizationScheme(targets=["Linear", "Embedding"], weights=args)
+    config = QuantizationConfig(config_groups={"group_0": scheme}, format="pack-quantized")
+    apply_quantization_config(model, config)
+    with torch.no_grad():
+        for module in model.modules():
+            if hasattr(module, "weight_scale"):
+                w = module.weight.view(module.weight.shape[0], -1, group)
+                scale, zero = calculate_qparams(w.amin(-1), w.amax(-1), args)
+                module.weight_scale.copy_(scale)
+                module.weight_zero_point.copy_(zero)
+    compressor = ModelCompressor.from_pretrained_model(model, "pack-quantized")
+    compressor.compress_model(model)
+    model.save_pretrained(str(out))
+    compressor.update_config(str(out))
+    tokenizer.save_pretrained(str(out))
+
+
+@pytest.fixture(scope="module")
+def ct_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("ct") / "tiny-gemma4-w4a16"
+    _write_with_compressed_tensors(out, GROUP)
+    return out
+
+
+def _reference(folder: Path) -> torch.nn.Module:
+    """transformers with compressed-tensors decompressing the checkpoint (float32)."""
+    model = AutoModelForCausalLM.from_pretrained(
+        str(folder),
+        dtype=torch.float32,
+        quantization_config=CompressedTensorsConfig(run_compressed=False),
+    )
+    return model.eval()
+
+
+def test_packing_matches_compressed_tensors() -> None:
+    gen = torch.Generator().manual_seed(0)
+    for cols in (8, 64, 200, 1536):
+        q = torch.randint(-8, 8, (5, cols), generator=gen, dtype=torch.int8)
+        packed = int4.pack(q)
+        assert torch.equal(packed, pack_to_int32(q, 4))
+        assert torch.equal(int4.unpack(packed, cols), q)
+        assert torch.equal(unpack_from_int32(packed, 4, torch.Size((5, cols))), q)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("group", [8, 32, 128])
+def test_round_to_nearest_matches_compressed_tensors(dtype: torch.dtype, group: int) -> None:
+    gen = torch.Generator().manual_seed(group)
+    weight = (torch.randn(6, 256, generator=gen) * 0.05).to(dtype)
+    weight[0, :group] = 0  # an all-zero group
+    packed, scale = int4.quantize(weight, group)
+    grouped = weight.view(6, -1, group)
+    want_scale, zero = calculate_qparams(grouped.amin(-1), grouped.amax(-1), _args(group))
+    assert scale.dtype == dtype
+    assert torch.equal(scale, want_scale.to(dtype))
+    want_q = ct_quantize(weight, want_scale.to(dtype), zero, _args(group), dtype=torch.int8)
+    assert torch.equal(int4.unpack(packed, 256), want_q)
+
+
+def test_checkpoint_values_equal_the_librarys_decompression(ct_checkpoint: Path) -> None:
+    loaded = load_model(str(ct_checkpoint), device="cpu")
+    quant = loaded.quantization
+    assert quant is not None and quant.group_sizes == (GROUP,)
+    reference = _reference(ct_checkpoint)
+    linears = sum(isinstance(m, torch.nn.Linear) for m in reference.modules())
+    assert quant.summary()["modules"] == {"linear": linears, "embedding": 2}
+    ours = dict(loaded.model.named_parameters())
+    theirs = dict(reference.named_parameters())
+    assert ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        assert torch.equal(ours[name], value), name
+
+
+def _prompts() -> list[list[int]]:
+    # 20 to 41 tokens: past tiny-gemma4's 16-token sliding window.
+    return [[257, *[(37 * i + 11 * j) % 250 + 1 for j in range(20 + 7 * i)]] for i in range(4)]
+
+
+def _greedy(runner: ModelRunner, prompt: list[int]) -> list[int]:
+    out = [int(runner.prefill(0, prompt).argmax())]
+    for _ in range(NEW_TOKENS - 1):
+        out.append(int(runner.decode([0], [out[-1]], [len(prompt) + len(out) - 1])[0].argmax()))
+    return out
+
+
+def test_greedy_text_equals_transformers_on_dequantized_weights(ct_checkpoint: Path) -> None:
+    loaded = load_model(str(ct_checkpoint), device="cpu")
+    runner = ModelRunner(loaded, num_slots=1, batch_invariant=True)
+    reference = _reference(ct_checkpoint)
+    for prompt in _prompts():
+        ours = _greedy(runner, prompt)
+        with torch.inference_mode():
+            theirs = reference.generate(
+                torch.tensor([prompt]),
+                max_new_tokens=NEW_TOKENS,
+                min_new_tokens=NEW_TOKENS,
+                do_sample=False,
+            )[0, len(prompt) :].tolist()
+        assert ours == theirs, f"prompt of {len(prompt)} tokens"
+    assert len({tuple(_greedy(runner, p)) for p in _prompts()}) > 1
+
+
+def test_int4_modules_compute_what_the_dequantized_model_computes(ct_checkpoint: Path) -> None:
+    """The CUDA form (int4 modules, tied head sharing the embedding's values) run on the
+    CPU through transformers' forward: the same logits as the dense dequantized model."""
+    dense = load_model(str(ct_checkpoint), device="cpu").model
+    swapped = load_model(str(ct_checkpoint), device="cpu").model
+    tensors = load_file(str(ct_checkpoint / "model.safetensors"))
+    for name in checkpoint._quantized_names(tensors):
+        if name != "lm_head":
+            packed, scale = tensors[f"{name}.weight_packed"], tensors[f"{name}.weight_scale"]
+            int4.install(swapped, name, packed, scale)
+    assert int4.tie_head(swapped)
+    head = swapped.get_output_embeddings()
+    assert isinstance(head, int4.Int4Linear)
+    assert head.packed is swapped.get_input_embeddings().packed
+    ids = torch.tensor([_prompts()[1]])
+    with torch.inference_mode():
+        want = dense(input_ids=ids).logits
+        got = swapped(input_ids=ids).logits
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _run_quantize(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "engines.pytorch.quantize", *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("q") / "tiny-gemma4"
+    done = _run_quantize(
+        "--model", "random:tiny-gemma4", "--out", str(out), "--group-size", "8",
+        "--dtype", "float32",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_quantize_command_round_trip(written: Path) -> None:
+    """What the command writes is what --quantize does at load, read back by our loader
+    and by compressed-tensors alike."""
+    config = json.loads((written / "config.json").read_text())
+    assert checkpoint.check_quantization_config(config["quantization_config"]) == (GROUP,)
+    back = load_model(str(written), device="cpu")
+    assert back.quantization is not None and back.quantization.origin == "checkpoint"
+    at_load = dict(load_model("random:tiny-gemma4", device="cpu").model.named_parameters())
+    theirs = dict(_reference(written).named_parameters())
+    for name, value in back.model.named_parameters():
+        assert torch.equal(value, theirs[name]), name
+        assert torch.equal(value, at_load[name]) == ("norm" in name or "scalar" in name), name
+
+
+def test_quantize_at_load_groups_of_32() -> None:
+    dense = load_model("random:tiny", device="cpu", seed=1)
+    quant = load_model("random:tiny", device="cpu", seed=1, quantize="w4a16")
+    assert quant.quantization is not None and quant.quantization.group_sizes == (32,)
+    assert len(quant.quantization.modules) == 4 * 7 + 2  # 7 a layer, embedding, head
+    assert quant.quantization.origin == "quantized at load"
+    w = dense.model.model.layers[0].mlp.down_proj.weight
+    q = quant.model.model.layers[0].mlp.down_proj.weight
+    assert not torch.equal(q, w)
+    assert torch.equal(q, int4.dequantize(*int4.quantize(w, 32), w.dtype))
+    assert (q - w).abs().max() <= w.abs().max() / 7.5 / 2 + 1e-6
+
+
+def _edited(src: Path, dst: Path, qc_edit: dict[str, object] | None = None) -> Path:
+    shutil.copytree(src, dst)
+    if qc_edit is not None:
+        config = json.loads((dst / "config.json").read_text())
+        weights = config["quantization_config"]["config_groups"]["group_0"]
+        for key, value in qc_edit.items():
+            if key in ("num_bits", "type", "symmetric", "strategy", "actorder", "group_size"):
+                weights["weights"][key] = value
+            else:
+                weights[key] = value
+        (dst / "config.json").write_text(json.dumps(config))
+    return dst
+
+
+@pytest.mark.parametrize(
+    ("edit", "found"),
+    [
+        ({"symmetric": False}, "asymmetric"),
+        ({"num_bits": 8}, "8-bit int"),
+        ({"type": "float"}, "4-bit float"),
+        ({"actorder": "group"}, "activation ordering"),
+        ({"strategy": "channel"}, "strategy 'channel'"),
+        ({"format": "float-quantized"}, "format 'float-quantized'"),
+        ({"input_activations": {"num_bits": 8, "type": "int"}}, "input_activations"),
+    ],
+)
+def test_unsupported_schemes_are_refused_in_one_line(
+    written: Path, tmp_path: Path, edit: dict[str, object], found: str
+) -> None:
+    folder = _edited(written, tmp_path / "m", edit)
+    with pytest.raises(checkpoint.UnsupportedCheckpoint) as err:
+        load_model(str(folder), device="cpu")
+    message = str(err.value)
+    assert found in message and "supported:" in message and "\n" not in message
+
+
+def _retensor(folder: Path, edit: dict[str, torch.Tensor | None]) -> None:
+    tensors = load_file(str(folder / "model.safetensors"))
+    for key, value in edit.items():
+        if value is None:
+            tensors.pop(key)
+        else:
+            tensors[key] = value
+    save_file(tensors, str(folder / "model.safetensors"))
+
+
+def test_bad_checkpoints_are_refused_in_one_line(written: Path, tmp_path: Path) -> None:
+    name = "model.layers.1.mlp.down_proj"
+    cases: list[tuple[dict[str, torch.Tensor | None], str]] = [
+        ({f"{name}.weight_scale": None}, "lacks weight_scale"),
+        ({f"{name}.weight_packed": torch.zeros(64, 3, dtype=torch.int32)}, "weight_packed has"),
+        ({f"{name}.weight_shape": torch.tensor([64, 64])}, "weight_shape (64, 64)"),
+        ({f"{name}.weight_scale": torch.ones(64, 3)}, "scale groups"),
+        ({f"{name}.weight_zero_point": torch.zeros(64, 2, dtype=torch.int32)}, "zero_point"),
+    ]
+    for i, (edit, found) in enumerate(cases):
+        folder = _edited(written, tmp_path / str(i))
+        _retensor(folder, edit)
+        with pytest.raises(checkpoint.UnsupportedCheckpoint) as err:
+            load_model(str(folder), device="cpu")
+        assert found in str(err.value) and "\n" not in str(err.value), str(err.value)
+    # The command line says so in one line, no traceback.
+    done = _run_quantize("--model", str(folder), "--out", str(tmp_path / "x"))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "zero_point" in done.stderr
+
+
+def test_decode_program_runs_int4_weights_as_the_dense_dequantized_model() -> None:
+    """The Gemma 4 decode program over int4 modules (merged q/k/v and gate/up as packed
+    rows, int4 embeddings and tied head), eager and traced for compilation (aot_eager:
+    no graph breaks), against the same program over the dequantized dense weights."""
+    from engines.pytorch.programs import Gemma4DecodeProgram, ProgramOptions
+
+    dense = load_model("random:tiny-gemma4", device="cpu")
+    checkpoint.quantize_model(dense.model, GROUP)
+    packed = load_model("random:tiny-gemma4", device="cpu")
+    checkpoint.quantize_model(packed.model, GROUP, int4_modules=True)
+    assert isinstance(packed.model.get_output_embeddings(), int4.Int4Linear)
+    prompts = {0: [257, *range(40, 70)], 1: [257, *range(70, 75)]}
+    outs = []
+    for loaded, compile_mode in ((dense, None), (packed, None), (packed, "default")):
+        runner = ModelRunner(
+            loaded, num_slots=2, batch_invariant=False, batched_decode=True, decode_program=True
+        )
+        assert runner.program is not None
+        if compile_mode is not None:
+            torch._dynamo.reset()
+            options = ProgramOptions(compile_mode=compile_mode, compile_backend="aot_eager")
+            runner.program = Gemma4DecodeProgram(
+                loaded.model, runner.cache, loaded.max_model_len, options
+            )
+        for slot, prompt in prompts.items():
+            runner.prefill(slot, prompt)
+        with torch.inference_mode():
+            outs.append(runner.decode([0, 1], [60, 75], [31, 6]).clone())
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(outs[2], outs[0], rtol=1e-5, atol=1e-5)
+
+
+def test_describe_names_the_weights_form_for_the_manifest(written: Path) -> None:
+    from engines.pytorch.describe import weights_form
+
+    text = weights_form(str(written), "none")
+    assert text.startswith("W4A16 checkpoint (compressed-tensors pack-quantized")
+    assert "group 8" in text and "Linear" in text
+    assert weights_form("random:tiny", "none") == "dense (random weights)"
+    assert "quantized at load" in weights_form("random:tiny", "w4a16")
