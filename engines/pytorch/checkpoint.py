@@ -25,6 +25,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from contract.errors import BenchError
 from engines.pytorch import int4
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ SUPPORTED = (
 QUANTIZE_CHOICES = ("none", "w4a16")
 
 
-class UnsupportedCheckpoint(ValueError):
+class UnsupportedCheckpoint(BenchError, ValueError):
     """A checkpoint the engine cannot serve as it is (one line: what and why)."""
 
 

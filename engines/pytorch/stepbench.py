@@ -57,7 +57,8 @@ def streamed_weight_bytes(model: nn.Module) -> int:
     """Bytes a decode step reads from weights: every parameter (int4 modules: their
     packed values and scales) except embedding tables that are only gathered from (an
     input embedding tied to the output head counts)."""
-    head = {t.data_ptr() for t in _weights(model.get_output_embeddings())}
+    hf: Any = model  # a transformers model; nn.Module's stub types attributes as tensors
+    head = {t.data_ptr() for t in _weights(hf.get_output_embeddings())}
     gathered = {
         t.data_ptr()
         for m in model.modules()
