@@ -42,18 +42,9 @@ install -d -m 0755 "${BENCH_HOME}" /etc/bench
 aws s3 cp --only-show-errors --region "${REGION}" "${ASSET_URI}" "${BENCH_HOME}/agent.zip"
 rm -rf "${APP_DIR}"
 python3 -m zipfile -e "${BENCH_HOME}/agent.zip" "${APP_DIR}"
-# pyproject.toml names README.md as its readme; the build needs the file, not its text.
-[[ -e "${APP_DIR}/README.md" ]] || : >"${APP_DIR}/README.md"
-
-if ! python3 -m venv "${VENV_DIR}"; then
-  # Ubuntu ships venv's ensurepip in a separate package.
-  log "python3-venv missing; installing it"
-  rm -rf "${VENV_DIR}"
-  apt-get -o DPkg::Lock::Timeout=600 update -q
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q python3-venv
-  python3 -m venv "${VENV_DIR}"
-fi
-"${VENV_DIR}/bin/python3" -m pip install --quiet --disable-pip-version-check "${APP_DIR}"
+# The agent's environment: the project, its dependencies and the no-deps pins, then a check
+# that every package the agent imports lazily is there (agent/install.sh).
+PYTHON=python3 bash "${APP_DIR}/agent/install.sh" "${APP_DIR}" "${VENV_DIR}"
 
 # Names, not secrets: the agent reads the token itself, with the instance role.
 install -m 0600 /dev/null "${ENV_FILE}"

@@ -1,6 +1,12 @@
 """The project's own PyTorch engine (engines/pytorch): `python -m engines.pytorch`.
 
-Nothing to install beyond the project and its torch. Its CLI (engines/pytorch/config.py) is
+Install: like every pip engine, its own environment (the agent's has no torch, and the Base
+DLAMI ships no framework): torch at `TORCH_VERSION` plus the project, editable from its
+source tree with its `pytorch` extra. PyPI's Linux torch wheels are the CUDA builds (x86_64
+and aarch64 alike), carrying their CUDA runtime as `nvidia-*` wheels; the DLAMIs' driver
+(595) runs every CUDA 12.x and 13.x build. On CPU the same pin resolves to whatever the
+package index serves for it (the CPU build where the index has one, as this project's CI
+does). Its CLI (engines/pytorch/config.py) is
 `--model M --host H --port P --max-running N --dtype D [--max-model-len L] [--threads T]`.
 dtype follows the seeds: bfloat16 on sm_80+, float16 on Turing (seed 001: the T4 measured
 19.51 TFLOPS fp16 against 2.82 fp32), float32 on CPU. Unlike the seeds' engine, which
@@ -14,11 +20,33 @@ from engines.recipes.schema import (
     EngineRecipe,
     Flag,
     GpuVariant,
+    InstallStep,
     ReadyCheck,
     SettingSpec,
 )
 
-__all__ = ["RECIPE"]
+__all__ = ["RECIPE", "TORCH_VERSION"]
+
+# The version the engine is developed and measured with (pyproject's dev pin; the H200 ran it).
+TORCH_VERSION = "2.13.0"
+
+_INSTALL = (
+    InstallStep(
+        name="pip torch + the project",
+        kind="pip",
+        argv=(
+            "{python}",
+            "-m",
+            "pip",
+            "install",
+            f"torch=={TORCH_VERSION}",
+            "--editable",
+            "{project}[pytorch]",
+        ),
+        why="the engine's own environment: torch's build for this machine and the project "
+        "(engines.pytorch) with its serving dependencies",
+    ),
+)
 
 RECIPE = EngineRecipe(
     name="pytorch",
@@ -26,7 +54,7 @@ RECIPE = EngineRecipe(
     arm_prefix="pytorch",
     version="project",
     version_note="the project's own engine at the agent's git sha",
-    install=(),
+    install=_INSTALL,
     serve=(
         "{python}",
         "-m",

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contract.suite import ForceOutputMode, RequestSettings
 from engines.patches import PATCH_DIR, PATCHES
+from engines.recipes.project import project_source
 from engines.recipes.schema import (
     DrafterArgs,
     DrafterRefusal,
@@ -398,6 +399,11 @@ def render_install(
     fills = {
         "python": python,
         "bench_python": sys.executable,
+        # Looked up only when a step names it (our own engines), so other engines install
+        # wherever the project came from.
+        "project": str(project_source())
+        if any("{project}" in a for s in steps for a in s.argv)
+        else "{project}",
         "cuda_arch": key.removeprefix("sm_") if key != "cpu" else "",
         "site_packages": str(site_packages),
         "bin_dir": str(bin_dir),
