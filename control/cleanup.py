@@ -96,7 +96,7 @@ def plan_cleanup(
         clients,
         campaign=campaign,
         states=LISTED_STATES,
-        spot_launch_template=stack.spot_launch_template if stack else None,
+        spot_launch_templates=stack.spot_launch_templates if stack else (),
     )
     prefix = stack.status_prefix if stack is not None else STATUS_PARAMETER_PREFIX
     statuses = read_statuses(clients, prefix, campaign)

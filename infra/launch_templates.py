@@ -1,5 +1,9 @@
 """Launch templates: one spot (one-time, terminate on interruption), one on-demand; else identical.
 
+The stack declares one such pair per CPU architecture (x86_64 and arm64, contract.gpus), each
+on its architecture's AMI: a template resolves one AMI, and the launcher picks the pair by
+the shard's GPU family.
+
 Both come from one set of arguments, so they cannot drift apart:
 
 - the AMI from its public SSM parameter, resolved at every launch (`resolve:ssm:`), so a new
