@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         results_uri=results_uri(campaign, shard_name),
     ).start()
     status.set_phase("booting")
-    power_off = default_power_off(instance_id=identity.instance_id)
+    power_off = default_power_off()
     try:
         spec = check_campaign(load_campaign(download_spec(campaign, work_dir / "spec.toml")))
         shard = spec.shard(shard_name)

@@ -7,8 +7,8 @@ the user data also schedules a backstop power-off at boot. Here:
 
 - `system_power_off(reason)`: `shutdown -h +0 <reason>` (a later shutdown replaces a pending
   one, so it also overrides the user data's backstop), then `systemctl poweroff` if that
-  fails, then, with an instance id, EC2 TerminateInstances (the role may terminate instances
-  that carry the campaign tag) as a last resort;
+  fails. The instance role has no EC2 permission at all (least privilege: no instance can end
+  another), so powering off is the only way out; the user data's backstop remains;
 - `default_power_off()`: the seam. It is `system_power_off` unless `BENCH_POWEROFF_FILE` names
   a file, in which case "powering off" appends the reason to that file: tests (and `bench
   run` on a workstation) run the real agent process without turning the machine off;
@@ -28,8 +28,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
-
-from agent.aws.clients import ClientSettings, describe, make_client
 
 __all__ = [
     "POWEROFF_FILE_ENV",
@@ -63,12 +61,11 @@ def _flush_logs() -> None:
             handler.flush()
 
 
-def system_power_off(reason: str, *, instance_id: str | None = None) -> None:
+def system_power_off(reason: str) -> None:
     """Power this machine off now (terminating it, by the launch template's setting).
 
     Args:
         reason: a short text for the shutdown wall message and the log (no secrets).
-        instance_id: if given, EC2 TerminateInstances on it when no command worked.
     """
     log.warning("powering off: %s", reason)
     _flush_logs()
@@ -79,14 +76,6 @@ def system_power_off(reason: str, *, instance_id: str | None = None) -> None:
             return
         except (OSError, subprocess.SubprocessError) as exc:
             log.error("power-off command %s failed: %s", argv[0], exc)
-    if instance_id:
-        try:
-            ec2 = make_client("ec2", settings=ClientSettings(attempts=5))
-            ec2.terminate_instances(InstanceIds=[instance_id])
-            log.warning("asked EC2 to terminate %s", instance_id)
-            return
-        except Exception as exc:  # last resort; the user data's backstop remains
-            log.error("EC2 TerminateInstances failed: %s", describe(exc))
     log.error("could not power off; the user data's max-lifetime shutdown remains")
 
 
@@ -99,12 +88,12 @@ def _power_off_to_file(path: Path) -> PowerOff:
     return record
 
 
-def default_power_off(*, instance_id: str | None = None) -> PowerOff:
+def default_power_off() -> PowerOff:
     """The power-off to use: the real one, or a file record when `$BENCH_POWEROFF_FILE` is set."""
     target = os.environ.get(POWEROFF_FILE_ENV, "").strip()
     if target:
         return _power_off_to_file(Path(target))
-    return lambda reason: system_power_off(reason, instance_id=instance_id)
+    return system_power_off
 
 
 def end_of_run(end_action: EndAction, reason: str, power_off: PowerOff) -> bool:

@@ -175,8 +175,6 @@ def test_agent_policy_is_exactly_what_the_agent_needs(template_json: dict[str, A
         ],
         "ListCampaignsAndResults": ["s3:ListBucket"],
         "PublishStatus": ["ssm:GetParameter", "ssm:PutParameter"],
-        "ReadTags": ["ec2:DescribeTags"],
-        "TerminateCampaignInstances": ["ec2:TerminateInstances"],
     }
     assert all(s["Effect"] == "Allow" for s in agent_statements(template_json))
 
@@ -201,21 +199,25 @@ def test_agent_policy_resources_are_scoped(template_json: dict[str, Any]) -> Non
     ssm_arn = json.dumps(by_sid["PublishStatus"]["Resource"])
     assert ssm_arn.endswith(f':parameter{layout.STATUS_PARAMETER_PREFIX}*"]]}}')
 
-    terminate = by_sid["TerminateCampaignInstances"]
-    assert json.dumps(terminate["Resource"]).endswith(':instance/*"]]}')
-    assert terminate["Condition"] == {
-        "StringLike": {f"aws:ResourceTag/{layout.TAG_CAMPAIGN}": "?*"}
-    }
 
-
-def test_no_star_resource_except_where_aws_requires_it(template_json: dict[str, Any]) -> None:
-    """'*' only for actions without resource-level permissions; no action wildcards."""
-    requires_star = {"ec2:DescribeTags"}
+def test_least_privilege_no_star_resource_no_ec2(template_json: dict[str, Any]) -> None:
+    """No Allow on Resource '*', no action wildcards, and nothing on EC2: tags come from IMDS
+    and the agent ends its instance by powering off (issue 20, item 4)."""
     for statement in agent_statements(template_json):
         actions = as_list(statement["Action"])
         assert all("*" not in action for action in actions), statement
-        if "*" in as_list(statement["Resource"]):
-            assert set(actions) <= requires_star, statement
+        assert "*" not in as_list(statement["Resource"]), statement
+        assert not any(action.startswith("ec2:") for action in actions), statement
+    everything = json.dumps(agent_statements(template_json))
+    assert "ec2:TerminateInstances" not in everything and "ec2:DescribeTags" not in everything
+
+
+def test_instances_end_by_powering_off_and_read_tags_from_imds(
+    template_json: dict[str, Any],
+) -> None:
+    for data in launch_template_data(template_json).values():
+        assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
+        assert data["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
 
 
 def test_asset_read_is_the_one_object(synthesized: Synthesized) -> None:

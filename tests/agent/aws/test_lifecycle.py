@@ -40,7 +40,7 @@ def test_end_action_terminate_powers_off_stay_does_not():
 def test_poweroff_file_seam(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     target = tmp_path / "poweroff"
     monkeypatch.setenv(POWEROFF_FILE_ENV, str(target))
-    default_power_off(instance_id="i-1")("campaign done")
+    default_power_off()("campaign done")
     assert target.read_text() == "campaign done\n"
 
 
