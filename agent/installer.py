@@ -14,14 +14,17 @@ the runner fails that engine's jobs and goes on with the next engine.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +41,7 @@ __all__ = ["EngineInstallError", "InstalledEngine", "install_engine"]
 log = logging.getLogger(__name__)
 
 STEP_TIMEOUT_S = 3 * 3600
+_POLL_S = 1.0
 # Another process installing the same environment: wait for it at most this long.
 ENV_LOCK_TIMEOUT_S = STEP_TIMEOUT_S
 # Steps that change the environment rather than the work dir: stamped in the environment.
@@ -104,8 +108,18 @@ def engine_env_dir(recipe: EngineRecipe, gpu_cc: GpuCC, cache_root: Path | None 
     return (cache_root or default_cache_root()) / "envs" / f"{recipe.name}-{digest}"
 
 
-def install_engine(recipe: EngineRecipe, gpu_cc: GpuCC, work_dir: Path) -> InstalledEngine:
-    """Run the recipe's install steps for this GPU that have not run yet."""
+def install_engine(
+    recipe: EngineRecipe,
+    gpu_cc: GpuCC,
+    work_dir: Path,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> InstalledEngine:
+    """Run the recipe's install steps for this GPU that have not run yet.
+
+    `should_stop` is polled while a step runs: when it turns true (a spot notice) the step's
+    process group is stopped and `EngineInstallError` raised; the step stays unstamped.
+    """
     folder = work_dir / "engines" / recipe.name
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -115,7 +129,14 @@ def install_engine(recipe: EngineRecipe, gpu_cc: GpuCC, work_dir: Path) -> Insta
     if not any(step.kind == "pip" for step in steps):
         python = Path(sys.executable)
         ran, skipped = _run_steps(
-            recipe, gpu_cc, python, sysconfig.get_paths()["purelib"], bin_dir, folder, log_path
+            recipe,
+            gpu_cc,
+            python,
+            sysconfig.get_paths()["purelib"],
+            bin_dir,
+            folder,
+            log_path,
+            should_stop=should_stop,
         )
     else:
         env_dir = engine_env_dir(recipe, gpu_cc)
@@ -131,10 +152,18 @@ def install_engine(recipe: EngineRecipe, gpu_cc: GpuCC, work_dir: Path) -> Insta
                         [sys.executable, "-m", "venv", str(venv)],
                         {},
                         log_path,
+                        should_stop,
                     )
                 ran, skipped = _run_steps(
-                    recipe, gpu_cc, python, _site_packages(python), bin_dir, env_dir, log_path,
+                    recipe,
+                    gpu_cc,
+                    python,
+                    _site_packages(python),
+                    bin_dir,
+                    env_dir,
+                    log_path,
                     folder,
+                    should_stop=should_stop,
                 )
         except Timeout as exc:
             raise EngineInstallError(
@@ -160,6 +189,8 @@ def _run_steps(
     env_stamps: Path,
     log_path: Path,
     work_stamps: Path | None = None,
+    *,
+    should_stop: Callable[[], bool],
 ) -> tuple[int, int]:
     """Run the unstamped steps; stamps of pip/patch steps go in env_stamps, others in work."""
     steps = render_install(
@@ -175,13 +206,20 @@ def _run_steps(
         if stamp.exists():
             skipped += 1
             continue
-        _run(recipe.name, step.name, list(step.argv), step.env, log_path)
+        _run(recipe.name, step.name, list(step.argv), step.env, log_path, should_stop)
         stamp.write_text(step.name + "\n")
         ran += 1
     return ran, skipped
 
 
-def _run(engine: str, name: str, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+def _run(
+    engine: str,
+    name: str,
+    argv: list[str],
+    env: dict[str, str],
+    log_path: Path,
+    should_stop: Callable[[], bool],
+) -> None:
     log.info("START install %s: %s", engine, name)
     started = time.monotonic()
     with log_path.open("a") as handle:
@@ -190,23 +228,53 @@ def _run(engine: str, name: str, argv: list[str], env: dict[str, str], log_path:
             handle.write(f"env: {redact_env(env)}\n")
         handle.flush()
         try:
-            result = subprocess.run(
+            process = subprocess.Popen(
                 argv,
                 env={**os.environ, **env},
                 stdout=handle,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                timeout=STEP_TIMEOUT_S,
-                check=False,
+                start_new_session=True,  # its own group: a stop reaches cmake's children
             )
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        except OSError as exc:
             raise EngineInstallError(engine, name, str(exc), _tail(log_path)) from exc
+        returncode = _wait(process, started, should_stop)
         elapsed = time.monotonic() - started
-        handle.write(
-            f"{time.strftime('%H:%M:%S')} END {name} rc={result.returncode} {elapsed:.1f}s\n"
-        )
-    if result.returncode != 0:
+        handle.write(f"{time.strftime('%H:%M:%S')} END {name} rc={returncode} {elapsed:.1f}s\n")
+    if returncode == _STOPPED:
+        raise EngineInstallError(engine, name, "interrupted (the machine is being taken away)")
+    if returncode == _TIMED_OUT:
         raise EngineInstallError(
-            engine, name, f"exit code {result.returncode}; log {log_path}", _tail(log_path)
+            engine, name, f"took over {STEP_TIMEOUT_S} s; log {log_path}", _tail(log_path)
+        )
+    if returncode != 0:
+        raise EngineInstallError(
+            engine, name, f"exit code {returncode}; log {log_path}", _tail(log_path)
         )
     log.info("END install %s: %s (%.1f s)", engine, name, elapsed)
+
+
+_STOPPED = -1000
+_TIMED_OUT = -1001
+
+
+def _wait(
+    process: subprocess.Popen[bytes], started: float, should_stop: Callable[[], bool]
+) -> int:
+    """The step's exit code, or _STOPPED / _TIMED_OUT after ending its process group."""
+    while True:
+        try:
+            return process.wait(timeout=_POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        stop = should_stop()
+        if stop or time.monotonic() - started > STEP_TIMEOUT_S:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=10)
+            return _STOPPED if stop else _TIMED_OUT

@@ -27,6 +27,7 @@ __all__ = [
     "AGENT_ENV_HF_SECRET_ID",
     "AGENT_ENV_REGION",
     "CAMPAIGNS_PREFIX",
+    "FAILURE_GRACE_MIN",
     "JOBS_DIR",
     "MANIFEST_FILE",
     "OUTPUT_BUCKET",
@@ -64,6 +65,10 @@ STATUS_PARAMETER_PREFIX = "/bench/"
 # --- EC2 tag keys the launcher puts on every instance (and its volumes) ---
 TAG_CAMPAIGN = "bench:campaign"
 TAG_SHARD = "bench:shard"
+
+# Minutes a failed instance stays up before powering off, so someone can look in over SSM
+# (the user data when bootstrap fails, the agent when its run fails).
+FAILURE_GRACE_MIN = 15
 
 # --- The CloudFormation stack and the output keys the launcher reads ---
 STACK_NAME = "BenchStack"

@@ -11,7 +11,9 @@
 # template turns into termination:
 #   - a backstop at boot: power off after MAX_HOURS, whatever happens;
 #   - this script failing: power off after FAILURE_GRACE_MIN (time to look in over SSM);
-#   - the agent exiting: power off at once if it succeeded, after the grace if it failed.
+#   - the agent deciding: at once when its shard is done, after the grace when it failed,
+#     never with the campaign's end_action "stay" (the agent owns that decision);
+#   - the agent crashing (a non-zero exit): power off after the grace.
 # A later `shutdown` replaces a pending one, so the agent may schedule its own.
 set -euo pipefail
 
@@ -66,7 +68,6 @@ cat >"/etc/systemd/system/${UNIT}" <<EOF
 Description=LLM serving benchmark agent (python3 -m agent)
 Wants=network-online.target
 After=network-online.target
-OnSuccess=bench-poweroff@0.service
 OnFailure=bench-poweroff@${FAILURE_GRACE_MIN}.service
 
 [Service]
