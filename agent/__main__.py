@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     if watchdog.expired:
         return 0
     status.set_phase("uploading")
+    _collect_logs(work_dir, shard_dir / "logs", secrets=[v for v in env.values() if v])
     tarball = make_tarball(shard_dir, work_dir / TARBALL_FILE)
     uploader.upload_final(shard_dir / MANIFEST_FILE, tarball)
     pending = _upload_or_keep_trying(uploader, status, interrupted)
@@ -226,6 +227,28 @@ def main(argv: list[str] | None = None) -> int:
     log.info("END agent: %d job(s), %d failed", len(outcome.records), len(failed))
     end_of_run(end_action, reason, power_off, delay_min=FAILURE_GRACE_MIN if failed_run else 0)
     return 0
+
+
+# Logs that live outside the shard folder and would go with the instance; copied into
+# `<shard>/logs/` so the tarball carries them.
+CLOUD_INIT_LOG = Path("/var/log/cloud-init-output.log")
+
+
+def _collect_logs(work_dir: Path, dest: Path, *, secrets: list[str]) -> None:
+    """Copy the agent log, each engine's install.log and cloud-init's output into dest,
+    with every secret value replaced (the agent log is redacted as written already)."""
+    sources = [work_dir / "agent.log", CLOUD_INIT_LOG]
+    sources += sorted((work_dir / "engines").glob("*/install.log"))
+    dest.mkdir(parents=True, exist_ok=True)
+    for source in sources:
+        try:
+            text = source.read_text(errors="replace")
+        except OSError:
+            continue
+        for secret in secrets:
+            text = text.replace(secret, "***")
+        name = f"{source.parent.name}-install.log" if source.name == "install.log" else source.name
+        (dest / name).write_text(text)
 
 
 def _upload_or_keep_trying(

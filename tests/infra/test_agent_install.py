@@ -43,7 +43,11 @@ def test_user_data_installs_the_agent_with_the_assets_install_script() -> None:
         re.MULTILINE,
     )
     # The unit starts the agent from that same environment.
-    assert "ExecStart=${VENV_DIR}/bin/python3 -m agent" in text
+    assert "ExecStart=${VENV_DIR}/bin/python3 -m agent --work-dir ${CACHE_ROOT}/work" in text
+    # No reliance on the AWS CLI: the asset comes through the system Python's boto3.
+    assert "aws s3" not in text and 'boto3.client("s3"' in text
+    # Caches on the instance store where there is one.
+    assert 'mountpoint -q "${NVME}"' in text and "BENCH_CACHE_DIR=" in text
 
 
 def test_the_bfcl_pin_installed_without_deps_is_the_one_the_task_expects() -> None:

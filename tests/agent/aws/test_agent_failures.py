@@ -75,3 +75,16 @@ def test_an_unset_hf_token_is_published_as_failed_and_stay_is_honoured(
         assert not poweroff.exists(), "end_action stay: the instance stays"
     else:
         assert poweroff.read_text().endswith(f"(in {FAILURE_GRACE_MIN} min)\n")
+
+
+def test_logs_outside_the_shard_folder_go_into_it_redacted(tmp_path: Path):
+    from agent.__main__ import _collect_logs
+
+    work = tmp_path / "work"
+    (work / "engines" / "llamacpp").mkdir(parents=True)
+    (work / "agent.log").write_text("START agent\n")
+    (work / "engines" / "llamacpp" / "install.log").write_text("cmake ... token hf_SECRET\n")
+    _collect_logs(work, tmp_path / "shard" / "logs", secrets=["hf_SECRET"])
+    logs = tmp_path / "shard" / "logs"
+    assert (logs / "agent.log").read_text() == "START agent\n"
+    assert (logs / "llamacpp-install.log").read_text() == "cmake ... token ***\n"
