@@ -67,6 +67,13 @@ if ! command -v cmake >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
     cmake build-essential pkg-config libssl-dev
 fi
+# Rust for mistral.rs's `cargo install` (the Base DLAMI has none; Ubuntu's rustc is too old
+# for its lock file): rustup's minimal profile, root's toolchain, on the unit's PATH below.
+if ! command -v cargo >/dev/null && [[ ! -x /root/.cargo/bin/cargo ]]; then
+  log "installing the Rust toolchain (rustup, minimal profile)"
+  curl --proto '=https' --tlsv1.2 -sSf --retry 3 https://sh.rustup.rs |
+    HOME=/root sh -s -- -y --profile minimal --no-modify-path
+fi
 if mountpoint -q "${NVME}"; then
   CACHE_ROOT="${NVME}/bench"
 else
@@ -110,6 +117,7 @@ OnFailure=bench-poweroff@${FAILURE_GRACE_MIN}.service
 [Service]
 Type=exec
 EnvironmentFile=${ENV_FILE}
+Environment=PATH=/root/.cargo/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 StateDirectory=bench
 WorkingDirectory=/var/lib/bench
 ExecStart=${VENV_DIR}/bin/python3 -m agent --work-dir ${CACHE_ROOT}/work
