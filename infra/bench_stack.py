@@ -99,7 +99,7 @@ class BenchStack(Stack):
                 self,
                 # x86_64 keeps the construct id it had before arm64 templates existed.
                 "LaunchTemplates" if arch == "x86_64" else f"LaunchTemplates{arch.title()}",
-                instance_type=settings.instance_types[arch],
+                instance_type=settings.instance_types.get(arch),
                 ami_parameter=settings.ami_parameters[arch],
                 root_volume_gib=settings.root_volume_gib,
                 security_group=self.network.security_group,

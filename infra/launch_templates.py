@@ -52,7 +52,7 @@ class BenchLaunchTemplates(Construct):
         scope: Construct,
         id_: str,
         *,
-        instance_type: str,
+        instance_type: str | None,
         ami_parameter: str,
         root_volume_gib: int,
         security_group: ec2.ISecurityGroup,
@@ -64,7 +64,7 @@ class BenchLaunchTemplates(Construct):
         Args:
             scope: parent construct.
             id_: construct id.
-            instance_type: default instance type (e.g. g6.xlarge); launches may override it.
+            instance_type: default instance type (e.g. g6.xlarge), or None; launches set it.
             ami_parameter: public SSM parameter holding the AMI id.
             root_volume_gib: root volume size.
             security_group: the instances' security group.
@@ -73,7 +73,7 @@ class BenchLaunchTemplates(Construct):
         """
         super().__init__(scope, id_)
         common = {
-            "instance_type": ec2.InstanceType(instance_type),
+            "instance_type": ec2.InstanceType(instance_type) if instance_type else None,
             "machine_image": ec2.MachineImage.resolve_ssm_parameter_at_launch(
                 ami_parameter, os=ec2.OperatingSystemType.LINUX
             ),

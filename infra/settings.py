@@ -10,8 +10,8 @@ Context keys (`-c key=value`), with their defaults:
 - `azs` (us-east-1a,us-east-1b,us-east-1c,us-east-1d,us-east-1f): one public subnet per zone;
   the stack is pinned to the zones' region.
 - `instance_type` (g6.xlarge): the default type of the launch templates of its architecture
-  (the other architecture's templates default to g5g.xlarge or g6.xlarge); campaigns override
-  it at launch.
+  (the other architecture's templates name none: not every region offers G5g, and cfn-lint
+  checks a named type against the region); campaigns set the type at launch.
 - `root_volume_gib` (200): gp3 root volume size, 100-4000 GiB.
 - `keep_results` (false): true keeps the results bucket and its objects on `cdk destroy`.
 - `max_hours` (24): backstop; an instance powers off, and so terminates, this long after boot.
@@ -41,8 +41,6 @@ __all__ = [
 
 DEFAULT_AZS = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-1f")
 DEFAULT_INSTANCE_TYPE = "g6.xlarge"
-# Each architecture's templates' default type when `instance_type` is of the other one.
-DEFAULT_INSTANCE_TYPES: Mapping[str, str] = {"x86_64": "g6.xlarge", "arm64": "g5g.xlarge"}
 DEFAULT_ROOT_VOLUME_GIB = 200
 DEFAULT_MAX_HOURS = 24
 # Deep Learning Base OSS NVIDIA Driver GPU AMI (Ubuntu 24.04), x86_64 (G4dn, G5, G6, ...) and
@@ -94,7 +92,8 @@ class StackSettings:
         region: the region the AZ names belong to; the stack is pinned to it.
         instance_type: the default instance type of its architecture's launch templates.
         architecture: `x86_64` or `arm64`, from the instance type's family.
-        instance_types: architecture -> its launch templates' default instance type.
+        instance_types: architecture -> its launch templates' default instance type (only
+            `architecture` has one).
         root_volume_gib: the gp3 root volume size.
         keep_results: keep the results bucket (and its objects) on `cdk destroy`.
         max_hours: hours after boot at which an instance powers itself off, whatever happens.
@@ -145,7 +144,7 @@ def parse_settings(context: Mapping[str, object]) -> StackSettings:
             "max_hours", context.get("max_hours"), DEFAULT_MAX_HOURS, MAX_HOURS_RANGE, unit="hours"
         ),
         ami_parameters=ami_parameters,
-        instance_types={**DEFAULT_INSTANCE_TYPES, architecture: instance_type},
+        instance_types={architecture: instance_type},
     )
 
 

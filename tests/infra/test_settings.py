@@ -30,7 +30,7 @@ def test_defaults() -> None:
     assert settings.keep_results is False
     assert settings.max_hours == 24
     assert settings.ami_parameters == DEFAULT_AMI_PARAMETERS
-    assert settings.instance_types == {"x86_64": "g6.xlarge", "arm64": "g5g.xlarge"}
+    assert settings.instance_types == {"x86_64": "g6.xlarge"}
 
 
 def test_strings_from_the_command_line_and_json_from_cdk_json_agree() -> None:
@@ -60,7 +60,7 @@ def test_strings_from_the_command_line_and_json_from_cdk_json_agree() -> None:
 def test_each_architecture_has_its_own_ami_and_default_type() -> None:
     settings = parse_settings({"instance_type": "g5g.2xlarge"})
     assert settings.architecture == "arm64"
-    assert settings.instance_types == {"x86_64": "g6.xlarge", "arm64": "g5g.2xlarge"}
+    assert settings.instance_types == {"arm64": "g5g.2xlarge"}
     assert "/arm64/" in settings.ami_parameters["arm64"]
     assert "/x86_64/" in settings.ami_parameters["x86_64"]
     with pytest.raises(SettingsError, match=r"'ami_parameter_arm64': .* not an arm64 DLAMI"):
