@@ -16,9 +16,8 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	# BFCL's questions and official checker; --no-deps because its metadata pins old
-	# numpy/pandas and vendor SDKs the checker never imports (tests/agent/evals prove it).
-	$(BIN)/python -m pip install -q --no-deps bfcl-eval==2026.3.23
+	# BFCL's questions and official checker, as an instance's agent/install.sh installs them.
+	$(BIN)/python -m pip install -q --no-deps -r agent/requirements-nodeps.txt
 	@rm -f $(VENV)/.installed-* && touch $@
 
 setup: $(STAMP) llama-server $(CDK_CLI)

@@ -328,7 +328,9 @@ class CampaignRunner:
         self.status.set_phase("installing")
         log.info("START install %s for %s", recipe.name, arm)
         try:
-            installed = install_engine(recipe, self.gpu_cc, self.work_dir)
+            installed = install_engine(
+                recipe, self.gpu_cc, self.work_dir, should_stop=self._interrupted.is_set
+            )
         except EngineInstallError as exc:
             return self._fail_all(jobs, str(exc), None, exc.log_tail)
         log.info("END install %s (%.1f s)", recipe.name, installed.install_s)
@@ -408,6 +410,12 @@ class CampaignRunner:
             served.engine, served.argv, log_path=log_path, env=env, port=served.port
         )
         server.start()
+        # Registered before it is ready, so an interrupt during start-up stops it too.
+        with self._server_lock:
+            self._server = server
+        if self._interrupted.is_set():
+            server.stop(grace_s=5)
+            raise EngineError(served.engine, "interrupted before it was ready")
         try:
             health_s = server.wait_healthy(served.health_url, served.ready.health_timeout_s)
             ready = wait_ready_sync(

@@ -10,7 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["GPU_FAMILIES", "GpuFamily", "gpu_family"]
+__all__ = ["CPU_ARCHITECTURES", "GPU_FAMILIES", "GpuFamily", "gpu_family"]
+
+# The CPU architectures GPU instances come in; the stack keeps launch templates for each.
+CPU_ARCHITECTURES = ("x86_64", "arm64")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,14 +27,13 @@ __all__ = [
     "AGENT_ENV_HF_SECRET_ID",
     "AGENT_ENV_REGION",
     "CAMPAIGNS_PREFIX",
+    "FAILURE_GRACE_MIN",
     "JOBS_DIR",
     "MANIFEST_FILE",
     "OUTPUT_AMI_PARAMETER",
     "OUTPUT_BUCKET",
     "OUTPUT_HF_SECRET_ARN",
     "OUTPUT_INSTANCE_ROLE_ARN",
-    "OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND",
-    "OUTPUT_LAUNCH_TEMPLATE_SPOT",
     "OUTPUT_MAX_HOURS",
     "OUTPUT_STATUS_PREFIX",
     "OUTPUT_SUBNETS_BY_AZ",
@@ -47,6 +46,7 @@ __all__ = [
     "TARBALL_FILE",
     "campaign_prefix",
     "job_prefix",
+    "launch_template_output",
     "results_prefix",
     "spec_key",
     "status_parameter_name",
@@ -69,11 +69,13 @@ STATUS_PARAMETER_PREFIX = "/bench/"
 TAG_CAMPAIGN = "bench:campaign"
 TAG_SHARD = "bench:shard"
 
+# Minutes a failed instance stays up before powering off, so someone can look in over SSM
+# (the user data when bootstrap fails, the agent when its run fails).
+FAILURE_GRACE_MIN = 15
+
 # --- The CloudFormation stack and the output keys the launcher reads ---
 STACK_NAME = "BenchStack"
 OUTPUT_BUCKET = "ResultsBucketName"
-OUTPUT_LAUNCH_TEMPLATE_SPOT = "SpotLaunchTemplateId"
-OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND = "OnDemandLaunchTemplateId"
 OUTPUT_SUBNETS_BY_AZ = "SubnetIdsByAz"  # a JSON object: {"us-east-1a": "subnet-...", ...}
 OUTPUT_HF_SECRET_ARN = "HfTokenSecretArn"
 OUTPUT_STATUS_PREFIX = "StatusParameterPrefix"
@@ -145,3 +147,20 @@ def status_parameter_name(campaign: str, shard: str) -> str:
     """
     campaign, shard = _check_name("campaign", campaign), _check_name("shard", shard)
     return f"{STATUS_PARAMETER_PREFIX}{campaign}/{shard}"
+
+
+# One spot/on-demand launch template pair per CPU architecture (contract.gpus), each pair on
+# that architecture's AMI: output keys are alphanumeric, so the architecture is spelled here.
+_ARCH_OUTPUT_SUFFIX = {"x86_64": "X8664", "arm64": "Arm64"}
+
+
+def launch_template_output(cpu_arch: str, market: str) -> str:
+    """The stack output naming the launch template of an architecture and market.
+
+    Raises:
+        ValueError: an unknown architecture or market.
+    """
+    if cpu_arch not in _ARCH_OUTPUT_SUFFIX or market not in ("spot", "on-demand"):
+        raise ValueError(f"no launch template output for {cpu_arch!r} {market!r}")
+    prefix = "Spot" if market == "spot" else "OnDemand"
+    return f"{prefix}LaunchTemplateId{_ARCH_OUTPUT_SUFFIX[cpu_arch]}"

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from contract.layout import STATUS_PARAMETER_PREFIX, status_parameter_name
 from control.aws import AwsClients
-from control.instances import LISTED_STATES, BenchInstance, find_instances
+from control.instances import LISTED_STATES, LIVE_STATES, BenchInstance, find_instances
 from control.stack import StackOutputs
 from control.status import read_statuses
 from control.status_record import StatusReading
@@ -96,12 +96,21 @@ def plan_cleanup(
         clients,
         campaign=campaign,
         states=LISTED_STATES,
-        spot_launch_template=stack.spot_launch_template if stack else None,
+        spot_launch_templates=stack.spot_launch_templates if stack else (),
     )
     prefix = stack.status_prefix if stack is not None else STATUS_PARAMETER_PREFIX
     statuses = read_statuses(clients, prefix, campaign)
-    by_shard = {(s.campaign, s.shard): s for s in statuses}
-    finished = _finished_campaigns(statuses)
+    # A relaunched shard's status record stays the old instance's (terminal) until the new
+    # agent publishes `booting`, minutes later: such a record says nothing about the live
+    # instance, so it neither ends that instance nor makes its campaign look finished.
+    live_ids = {
+        (i.campaign, i.shard): i.instance_id for i in instances if i.state in LIVE_STATES
+    }
+    current = [s for s in statuses if not _from_another_instance(s, live_ids)]
+    by_shard = {(s.campaign, s.shard): s for s in current}
+    finished = _finished_campaigns(statuses) - {
+        s.campaign for s in statuses if _from_another_instance(s, live_ids)
+    }
     checked_at = now()
     items = tuple(
         _decide(instance, by_shard.get((instance.campaign, instance.shard)), finished, checked_at)
@@ -133,6 +142,13 @@ def apply_cleanup(clients: AwsClients, plan: CleanupPlan) -> CleanupResult:
         response = ssm.delete_parameters(Names=names[start : start + 10])
         deleted += response.get("DeletedParameters", [])
     return CleanupResult(tuple(terminated), tuple(deleted))
+
+
+def _from_another_instance(status: StatusReading, live_ids: dict[tuple[str, str], str]) -> bool:
+    """The record names an instance other than the shard's live one."""
+    live = live_ids.get((status.campaign, status.shard))
+    recorded = status.record.instance_id if status.record is not None else None
+    return live is not None and recorded is not None and recorded != live
 
 
 def _finished_campaigns(statuses: list[StatusReading]) -> set[str]:

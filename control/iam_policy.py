@@ -75,8 +75,11 @@ def workstation_policy(stack: StackOutputs, region: str) -> dict[str, Any]:
             "RunFromTheStacksTemplatesAndSubnets",
             ["ec2:RunInstances"],
             [
-                f"{ec2}:launch-template/{stack.spot_launch_template}",
-                f"{ec2}:launch-template/{stack.on_demand_launch_template}",
+                *(
+                    f"{ec2}:launch-template/{template}"
+                    for pair in stack.launch_templates.values()
+                    for template in pair.values()
+                ),
                 *(f"{ec2}:subnet/{subnet}" for subnet in stack.subnets_by_az.values()),
                 f"{ec2}:security-group/*",
                 f"{ec2}:network-interface/*",

@@ -6,7 +6,7 @@ sees the same campaign, and a crashed launcher leaves nothing it cannot find aga
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -71,7 +71,7 @@ def find_instances(
     *,
     campaign: str | None = None,
     states: Sequence[str] | None = LISTED_STATES,
-    spot_launch_template: str | None = None,
+    spot_launch_templates: Collection[str] = (),
 ) -> list[BenchInstance]:
     """Instances carrying the campaign tag (of `campaign`, or of any campaign).
 
@@ -79,7 +79,7 @@ def find_instances(
         clients: the AWS clients.
         campaign: only this campaign's; None for every campaign's.
         states: instance states to include; None for all (terminated ones linger ~1 h).
-        spot_launch_template: the stack's spot template, to name the market of instances
+        spot_launch_templates: the stack's spot templates, to name the market of instances
             whose `InstanceLifecycle` is not reported.
 
     Returns:
@@ -94,7 +94,7 @@ def find_instances(
         filters.append({"Name": "instance-state-name", "Values": list(states)})
     paginator = clients.client("ec2").get_paginator("describe_instances")
     found = [
-        _instance(raw, spot_launch_template)
+        _instance(raw, spot_launch_templates)
         for page in paginator.paginate(Filters=filters)
         for reservation in page.get("Reservations", [])
         for raw in reservation.get("Instances", [])
@@ -102,10 +102,11 @@ def find_instances(
     return sorted(found, key=lambda i: (i.launch_time, i.instance_id))
 
 
-def _instance(raw: dict[str, Any], spot_launch_template: str | None) -> BenchInstance:
+def _instance(raw: dict[str, Any], spot_launch_templates: Collection[str]) -> BenchInstance:
     tags = _tags(raw.get("Tags", []))
-    spot = raw.get("InstanceLifecycle") == "spot" or (
-        spot_launch_template is not None and tags.get(_TAG_LAUNCH_TEMPLATE) == spot_launch_template
+    spot = (
+        raw.get("InstanceLifecycle") == "spot"
+        or tags.get(_TAG_LAUNCH_TEMPLATE, "") in spot_launch_templates
     )
     try:
         max_runtime_h: float | None = float(tags[TAG_MAX_RUNTIME_H])

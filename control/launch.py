@@ -7,8 +7,9 @@ For each shard, in parallel:
    agent skips the jobs whose results are already in S3.
 2. Subnets: the stack's subnets whose zone offers the type (DescribeInstanceTypeOfferings),
    in the stack's zone order.
-3. Attempts: RunInstances with the stack's spot launch template in each subnet, then with
-   the on-demand template in each subnet; `SubnetId` and `InstanceType` at the top level,
+3. Attempts: RunInstances with the stack's spot launch template for the shard's CPU
+   architecture (its GPU family's, contract.gpus) in each subnet, then with that
+   architecture's on-demand template in each subnet; `SubnetId` and `InstanceType` at the top level,
    tags `bench:campaign`, `bench:shard`, `Name` (and the max runtime, for `bench cleanup`)
    on the instance and its volume; a ClientToken derived from (campaign, shard, market,
    subnet) and the shard's earlier instances still listed (`client_token`), so a retried
@@ -18,8 +19,9 @@ For each shard, in parallel:
    one line (subnet, market, outcome), as the seeds' create tool printed them.
 
 Before any instance starts, the spec is validated and uploaded to
-`s3://<bucket>/campaigns/<name>/spec.toml`, and every shard's type is checked to be offered
-in some zone of the stack; a failure there launches nothing.
+`s3://<bucket>/campaigns/<name>/spec.toml`, every shard's architecture is checked to have
+launch templates in the stack and every shard's type to be offered in some zone of the
+stack; a failure there launches nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from contract.gpus import gpu_family
 from contract.layout import TAG_CAMPAIGN, TAG_SHARD, spec_key, status_parameter_name
 from control.aws import AwsClients
 from control.errors import (
@@ -216,11 +219,16 @@ def launch_campaign(
             the campaign runs with a different spec. Nothing is launched then.
     """
     check_bucket(clients, stack.bucket)
+    for shard in spec.shards:
+        try:
+            stack.launch_template(shard_architecture(shard), "spot")
+        except ControlError as exc:
+            raise ControlError(f"shard {shard.name} ({shard.instance_type}): {exc}") from exc
     listed = find_instances(
         clients,
         campaign=spec.name,
         states=None,
-        spot_launch_template=stack.spot_launch_template,
+        spot_launch_templates=stack.spot_launch_templates,
     )
     live = [i for i in listed if i.state in LIVE_STATES]
     earlier: dict[str, list[str]] = {}
@@ -266,6 +274,20 @@ def launch_campaign(
         spec_replaced=spec_replaced,
         shards=results,
     )
+
+
+def shard_architecture(shard: ShardSpec) -> str:
+    """The CPU architecture of the shard's instance type (its GPU family's).
+
+    Raises:
+        ControlError: the type is not a known GPU family.
+    """
+    family = gpu_family(shard.instance_type)
+    if family is None:
+        raise ControlError(
+            f"shard {shard.name}: {shard.instance_type} is not a known GPU instance family"
+        )
+    return family.cpu_arch
 
 
 def _offering_subnets(
@@ -402,11 +424,7 @@ class _ShardLauncher:
         return LaunchAction.NEXT_SUBNET
 
     def _request(self, market: Market, subnet: str) -> dict[str, Any]:
-        template = (
-            self.stack.spot_launch_template
-            if market == "spot"
-            else self.stack.on_demand_launch_template
-        )
+        template = self.stack.launch_template(shard_architecture(self.shard), market)
         tags = [
             {"Key": TAG_CAMPAIGN, "Value": self.spec.name},
             {"Key": TAG_SHARD, "Value": self.shard.name},

@@ -13,18 +13,19 @@ from dataclasses import dataclass
 
 from botocore.exceptions import ClientError
 
+from contract.gpus import CPU_ARCHITECTURES
 from contract.layout import (
     OUTPUT_AMI_PARAMETER,
     OUTPUT_BUCKET,
     OUTPUT_HF_SECRET_ARN,
     OUTPUT_INSTANCE_ROLE_ARN,
-    OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND,
-    OUTPUT_LAUNCH_TEMPLATE_SPOT,
     OUTPUT_MAX_HOURS,
     OUTPUT_STATUS_PREFIX,
     OUTPUT_SUBNETS_BY_AZ,
     STATUS_PARAMETER_PREFIX,
+    launch_template_output,
 )
+from contract.status import Market
 from control.aws import AwsClients
 from control.errors import ControlError
 
@@ -44,8 +45,8 @@ class StackOutputs:
     Attributes:
         stack_name: the stack's name.
         bucket: the results bucket (campaign specs and results).
-        spot_launch_template: the spot launch template's id.
-        on_demand_launch_template: the on-demand launch template's id.
+        launch_templates: CPU architecture -> market -> launch template id (a stack deployed
+            before arm64 templates existed has x86_64 only).
         subnets_by_az: zone name -> public subnet id, in the stack's zone order.
         status_prefix: the SSM path the agents publish status under (`/bench/`).
         hf_secret_arn: the Hugging Face token secret (None: a stack without the output).
@@ -57,14 +58,33 @@ class StackOutputs:
 
     stack_name: str
     bucket: str
-    spot_launch_template: str
-    on_demand_launch_template: str
+    launch_templates: Mapping[str, Mapping[Market, str]]
     subnets_by_az: Mapping[str, str]
     status_prefix: str
     hf_secret_arn: str | None = None
     max_hours: int | None = None
     instance_role_arn: str | None = None
     ami_parameter: str | None = None
+
+    @property
+    def spot_launch_templates(self) -> frozenset[str]:
+        """Every spot template's id (an instance launched from one is a spot instance)."""
+        return frozenset(pair["spot"] for pair in self.launch_templates.values())
+
+    def launch_template(self, cpu_arch: str, market: Market) -> str:
+        """The template for instances of this architecture on this market.
+
+        Raises:
+            ControlError: the stack has no templates for the architecture.
+        """
+        pair = self.launch_templates.get(cpu_arch)
+        if pair is None:
+            raise ControlError(
+                f"stack {self.stack_name} has no launch templates for {cpu_arch} instances "
+                f"(it has {', '.join(sorted(self.launch_templates)) or 'none'}); redeploy it "
+                f"from this project ({_DEPLOY_HINT.removeprefix('deploy it with ')})"
+            )
+        return pair[market]
 
 
 def find_stack(clients: AwsClients, stack_name: str, *, bucket: str | None = None) -> StackOutputs:
@@ -116,11 +136,18 @@ def find_stack(clients: AwsClients, stack_name: str, *, bucket: str | None = Non
         ) from exc
     if not isinstance(subnets, dict) or not subnets:
         raise ControlError(f"stack {stack_name}: output {OUTPUT_SUBNETS_BY_AZ} names no subnet")
+    templates: dict[str, dict[Market, str]] = {}
+    for arch in CPU_ARCHITECTURES:
+        spot = outputs.get(launch_template_output(arch, "spot"), "")
+        on_demand = outputs.get(launch_template_output(arch, "on-demand"), "")
+        if spot and on_demand:
+            templates[arch] = {"spot": spot, "on-demand": on_demand}
+    if not templates:
+        need(launch_template_output(CPU_ARCHITECTURES[0], "spot"))
     found = StackOutputs(
         stack_name=stack_name,
         bucket=need(OUTPUT_BUCKET),
-        spot_launch_template=need(OUTPUT_LAUNCH_TEMPLATE_SPOT),
-        on_demand_launch_template=need(OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND),
+        launch_templates=templates,
         subnets_by_az={str(az): str(subnet) for az, subnet in subnets.items()},
         status_prefix=outputs.get(OUTPUT_STATUS_PREFIX) or STATUS_PARAMETER_PREFIX,
         hf_secret_arn=outputs.get(OUTPUT_HF_SECRET_ARN) or None,

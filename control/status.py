@@ -112,7 +112,7 @@ def campaign_status(
     spec_shards, spec_uri = _spec_shards(clients, stack.bucket, campaign)
     statuses = read_statuses(clients, stack.status_prefix, campaign)
     instances = find_instances(
-        clients, campaign=campaign, states=None, spot_launch_template=stack.spot_launch_template
+        clients, campaign=campaign, states=None, spot_launch_templates=stack.spot_launch_templates
     )
     if spec_uri is None and not statuses and not instances:
         raise ControlError(
@@ -143,7 +143,7 @@ def list_campaigns(clients: AwsClients, stack: StackOutputs) -> list[str]:
     names |= {
         i.campaign
         for i in find_instances(
-            clients, states=None, spot_launch_template=stack.spot_launch_template
+            clients, states=None, spot_launch_templates=stack.spot_launch_templates
         )
         if i.campaign
     }

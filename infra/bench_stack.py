@@ -13,6 +13,7 @@ from aws_cdk import CfnOutput, Environment, Stack
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from contract.gpus import CPU_ARCHITECTURES
 from contract.layout import (
     AGENT_ENV_BUCKET,
     AGENT_ENV_HF_SECRET_ID,
@@ -21,12 +22,11 @@ from contract.layout import (
     OUTPUT_BUCKET,
     OUTPUT_HF_SECRET_ARN,
     OUTPUT_INSTANCE_ROLE_ARN,
-    OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND,
-    OUTPUT_LAUNCH_TEMPLATE_SPOT,
     OUTPUT_MAX_HOURS,
     OUTPUT_STATUS_PREFIX,
     OUTPUT_SUBNETS_BY_AZ,
     STATUS_PARAMETER_PREFIX,
+    launch_template_output,
 )
 from infra.agent_asset import AgentAsset
 from infra.hf_secret import HfTokenSecret
@@ -49,7 +49,7 @@ class BenchStack(Stack):
         hf_token: the (empty) Hugging Face token secret.
         agent_asset: the zipped agent.
         identity: role, instance profile, agent policy.
-        launch_templates: spot and on-demand launch templates.
+        launch_templates: CPU architecture -> its spot and on-demand launch templates.
     """
 
     def __init__(
@@ -97,28 +97,24 @@ class BenchStack(Stack):
                 AGENT_ENV_REGION: self.region,
             },
         )
-        self.launch_templates = BenchLaunchTemplates(
-            self,
-            "LaunchTemplates",
-            instance_type=settings.instance_type,
-            ami_parameter=settings.ami_parameter,
-            root_volume_gib=settings.root_volume_gib,
-            security_group=self.network.security_group,
-            instance_profile=self.identity.instance_profile,
-            user_data=ec2.UserData.custom(user_data),
-        )
+        self.launch_templates = {
+            arch: BenchLaunchTemplates(
+                self,
+                # x86_64 keeps the construct id it had before arm64 templates existed.
+                "LaunchTemplates" if arch == "x86_64" else f"LaunchTemplates{arch.title()}",
+                instance_type=settings.instance_types.get(arch),
+                ami_parameter=settings.ami_parameters[arch],
+                root_volume_gib=settings.root_volume_gib,
+                security_group=self.network.security_group,
+                instance_profile=self.identity.instance_profile,
+                user_data=ec2.UserData.custom(user_data),
+            )
+            for arch in CPU_ARCHITECTURES
+        }
 
         subnets = self.network.subnets_by_az
         outputs: dict[str, tuple[str | None, str]] = {
             OUTPUT_BUCKET: (self.results.bucket.bucket_name, "results bucket"),
-            OUTPUT_LAUNCH_TEMPLATE_SPOT: (
-                self.launch_templates.spot.launch_template_id,
-                "spot launch template",
-            ),
-            OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND: (
-                self.launch_templates.on_demand.launch_template_id,
-                "on-demand launch template",
-            ),
             OUTPUT_SUBNETS_BY_AZ: (
                 self.to_json_string({az: subnet.subnet_id for az, subnet in subnets.items()}),
                 "public subnet id by availability zone (JSON object)",
@@ -132,6 +128,12 @@ class BenchStack(Stack):
             OUTPUT_INSTANCE_ROLE_ARN: (self.identity.role.role_arn, "the instances' role"),
             OUTPUT_AMI_PARAMETER: (settings.ami_parameter, "SSM parameter naming the AMI"),
         }
+        for arch, pair in self.launch_templates.items():
+            for market, template in (("spot", pair.spot), ("on-demand", pair.on_demand)):
+                outputs[launch_template_output(arch, market)] = (
+                    template.launch_template_id,
+                    f"{market} launch template for {arch} instances",
+                )
         for key, (value, text) in outputs.items():
             if value is None:  # launch_template_id is optional in the type, set for ours
                 raise ValueError(f"output {key}: no value")

@@ -7,12 +7,13 @@ agent policy allows:
 - reading the agent asset object (the exact key, not the asset bucket);
 - reading and writing objects under `campaigns/` and `results/` of the results bucket, and
   listing only those prefixes;
-- putting and getting SSM parameters under `/bench/` (its status);
-- reading tags (`ec2:DescribeTags`; IMDS also serves them, this is for tools that ask EC2);
-- terminating instances, only those that carry the campaign tag.
+- putting and getting SSM parameters under `/bench/` (its status).
 
-Wildcards remain only where AWS requires them or where the resource does not exist yet; each
-one is acknowledged for cdk-nag next to the statement, with the reason.
+Nothing on EC2: the agent reads its own tags from IMDS (the launch templates put them in the
+metadata) and ends its instance by powering off, which the launch templates turn into
+termination; so no instance can read or end another (or another campaign's). No statement
+has Resource `*`; the wildcards left are for names that do not exist at deploy time, each
+acknowledged for cdk-nag next to the statement, with the reason.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import aws_secretsmanager as secretsmanager
 from constructs import Construct
 
-from contract.layout import CAMPAIGNS_PREFIX, RESULTS_PREFIX, STATUS_PARAMETER_PREFIX, TAG_CAMPAIGN
+from contract.layout import CAMPAIGNS_PREFIX, RESULTS_PREFIX, STATUS_PARAMETER_PREFIX
 
 __all__ = ["InstanceIdentity"]
 
@@ -77,7 +78,6 @@ class InstanceIdentity(Construct):
             resource="parameter",
             resource_name=f"{STATUS_PARAMETER_PREFIX.strip('/')}/*",
         )
-        instances_arn = stack.format_arn(service="ec2", resource="instance", resource_name="*")
         asset_object_arn = agent_asset.bucket.arn_for_objects(agent_asset.s3_object_key)
 
         self.policy = iam.Policy(
@@ -111,17 +111,6 @@ class InstanceIdentity(Construct):
                     actions=["ssm:PutParameter", "ssm:GetParameter"],
                     resources=[status_parameters_arn],
                 ),
-                iam.PolicyStatement(
-                    sid="ReadTags",
-                    actions=["ec2:DescribeTags"],
-                    resources=["*"],
-                ),
-                iam.PolicyStatement(
-                    sid="TerminateCampaignInstances",
-                    actions=["ec2:TerminateInstances"],
-                    resources=[instances_arn],
-                    conditions={"StringLike": {f"aws:ResourceTag/{TAG_CAMPAIGN}": "?*"}},
-                ),
             ],
         )
 
@@ -140,17 +129,6 @@ class InstanceIdentity(Construct):
                 id=f"AwsSolutions-IAM5[Resource::{_nag_form(stack, status_parameters_arn)}]",
                 reason="Status parameters are named /bench/<campaign>/<shard> per run and do "
                 "not exist at deploy time; the grant is put/get under /bench/ only.",
-            ),
-            Acknowledgment(
-                id="AwsSolutions-IAM5[Resource::*]",
-                reason="ec2:DescribeTags supports no resource-level permissions, so AWS "
-                "requires Resource '*'; the statement allows that one read-only action.",
-            ),
-            Acknowledgment(
-                id=f"AwsSolutions-IAM5[Resource::{_nag_form(stack, instances_arn)}]",
-                reason="Instances are launched per campaign after deploy; terminate is limited "
-                f"by condition to instances carrying the {TAG_CAMPAIGN} tag, in this account "
-                "and region.",
             ),
         )
         Validations.of(self.role).acknowledge(

@@ -1,5 +1,9 @@
 """Launch templates: one spot (one-time, terminate on interruption), one on-demand; else identical.
 
+The stack declares one such pair per CPU architecture (x86_64 and arm64, contract.gpus), each
+on its architecture's AMI: a template resolves one AMI, and the launcher picks the pair by
+the shard's GPU family.
+
 Both come from one set of arguments, so they cannot drift apart:
 
 - the AMI from its public SSM parameter, resolved at every launch (`resolve:ssm:`), so a new
@@ -50,7 +54,7 @@ class BenchLaunchTemplates(Construct):
         scope: Construct,
         id_: str,
         *,
-        instance_type: str,
+        instance_type: str | None,
         ami_parameter: str,
         root_volume_gib: int,
         security_group: ec2.ISecurityGroup,
@@ -62,7 +66,7 @@ class BenchLaunchTemplates(Construct):
         Args:
             scope: parent construct.
             id_: construct id.
-            instance_type: default instance type (e.g. g6.xlarge); launches may override it.
+            instance_type: default instance type (e.g. g6.xlarge), or None; launches set it.
             ami_parameter: public SSM parameter holding the AMI id.
             root_volume_gib: root volume size.
             security_group: the instances' security group.
@@ -72,7 +76,7 @@ class BenchLaunchTemplates(Construct):
         super().__init__(scope, id_)
         # Any: the same props go to both templates; CDK checks them at synth.
         common: dict[str, Any] = {
-            "instance_type": ec2.InstanceType(instance_type),
+            "instance_type": ec2.InstanceType(instance_type) if instance_type else None,
             "machine_image": ec2.MachineImage.resolve_ssm_parameter_at_launch(
                 ami_parameter, os=ec2.OperatingSystemType.LINUX
             ),

@@ -9,12 +9,15 @@ Context keys (`-c key=value`), with their defaults:
 
 - `azs` (us-east-1a,us-east-1b,us-east-1c,us-east-1d,us-east-1f): one public subnet per zone;
   the stack is pinned to the zones' region.
-- `instance_type` (g6.xlarge): the launch templates' default; campaigns override it at launch.
+- `instance_type` (g6.xlarge): the default type of the launch templates of its architecture
+  (the other architecture's templates name none: not every region offers G5g, and cfn-lint
+  checks a named type against the region); campaigns set the type at launch.
 - `root_volume_gib` (200): gp3 root volume size, 100-4000 GiB.
 - `keep_results` (false): true keeps the results bucket and its objects on `cdk destroy`.
 - `max_hours` (24): backstop; an instance powers off, and so terminates, this long after boot.
-- `ami_parameter` (the DLAMI Base OSS NVIDIA Driver GPU Ubuntu 24.04 x86_64 parameter): the
-  public SSM parameter naming the AMI, resolved at every launch.
+- `ami_parameter_x86_64`, `ami_parameter_arm64` (the DLAMI Base OSS NVIDIA Driver GPU Ubuntu
+  24.04 parameter of each architecture): the public SSM parameters naming the AMIs of the two
+  launch template pairs, resolved at every launch.
 """
 
 from __future__ import annotations
@@ -24,11 +27,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from contract.errors import BenchError
-from contract.gpus import GPU_FAMILIES
+from contract.gpus import CPU_ARCHITECTURES, GPU_FAMILIES
 
 __all__ = [
     "CONTEXT_KEYS",
-    "DEFAULT_AMI_PARAMETER",
+    "DEFAULT_AMI_PARAMETERS",
     "DEFAULT_AZS",
     "DEFAULT_INSTANCE_TYPE",
     "GPU_INSTANCE_FAMILIES",
@@ -41,12 +44,15 @@ DEFAULT_AZS = ("us-east-1a", "us-east-1b", "us-east-1c", "us-east-1d", "us-east-
 DEFAULT_INSTANCE_TYPE = "g6.xlarge"
 DEFAULT_ROOT_VOLUME_GIB = 200
 DEFAULT_MAX_HOURS = 24
-# Deep Learning Base OSS NVIDIA Driver GPU AMI (Ubuntu 24.04): NVIDIA driver, CUDA, Docker with
-# the NVIDIA container toolkit, the SSM agent and the AWS CLI; Python 3.12 as python3, which the
-# agent needs (>= 3.11). Format per the DLAMI guide, "Finding the ID of a DLAMI".
-DEFAULT_AMI_PARAMETER = (
-    "/aws/service/deeplearning/ami/x86_64/base-oss-nvidia-driver-gpu-ubuntu-24.04/latest/ami-id"
-)
+# Deep Learning Base OSS NVIDIA Driver GPU AMI (Ubuntu 24.04), x86_64 (G4dn, G5, G6, ...) and
+# ARM64 (G5g): NVIDIA driver 595, CUDA toolkits, the SSM agent; Python 3.12 with boto3 as
+# python3, which the agent needs (>= 3.11). Format per the DLAMI guide, "Finding the ID of a
+# DLAMI": /aws/service/deeplearning/ami/<arch>/<ami-type>/latest/ami-id.
+DLAMI_TYPE = "base-oss-nvidia-driver-gpu-ubuntu-24.04"
+DEFAULT_AMI_PARAMETERS: Mapping[str, str] = {
+    arch: f"/aws/service/deeplearning/ami/{arch}/{DLAMI_TYPE}/latest/ami-id"
+    for arch in CPU_ARCHITECTURES
+}
 
 ROOT_VOLUME_GIB_RANGE = (100, 4000)  # the DLAMI snapshot needs ~100; 4000 is a typo guard
 MAX_HOURS_RANGE = (1, 168)
@@ -62,7 +68,7 @@ CONTEXT_KEYS = (
     "root_volume_gib",
     "keep_results",
     "max_hours",
-    "ami_parameter",
+    *(f"ami_parameter_{arch}" for arch in CPU_ARCHITECTURES),
 )
 
 # Region-style AZ names (us-east-1a, eu-central-1b, us-gov-west-1a, ap-southeast-7c);
@@ -85,12 +91,15 @@ class StackSettings:
     Attributes:
         availability_zones: AZ names, one public subnet each, all in `region`.
         region: the region the AZ names belong to; the stack is pinned to it.
-        instance_type: the launch templates' default instance type.
+        instance_type: the default instance type of its architecture's launch templates.
         architecture: `x86_64` or `arm64`, from the instance type's family.
+        instance_types: architecture -> its launch templates' default instance type (only
+            `architecture` has one).
         root_volume_gib: the gp3 root volume size.
         keep_results: keep the results bucket (and its objects) on `cdk destroy`.
         max_hours: hours after boot at which an instance powers itself off, whatever happens.
-        ami_parameter: public SSM parameter holding the AMI id, resolved at each launch.
+        ami_parameters: architecture -> public SSM parameter holding its AMI id, resolved
+            at each launch.
     """
 
     availability_zones: tuple[str, ...]
@@ -100,7 +109,8 @@ class StackSettings:
     root_volume_gib: int
     keep_results: bool
     max_hours: int
-    ami_parameter: str
+    ami_parameters: Mapping[str, str]
+    instance_types: Mapping[str, str]
 
 
 def parse_settings(context: Mapping[str, object]) -> StackSettings:
@@ -114,14 +124,10 @@ def parse_settings(context: Mapping[str, object]) -> StackSettings:
     """
     azs, region = _parse_azs(context.get("azs"))
     instance_type, architecture = _parse_instance_type(context.get("instance_type"))
-    ami_parameter = _parse_ami_parameter(context.get("ami_parameter"))
-    if ami_parameter.startswith("/aws/service/deeplearning/") and f"/{architecture}/" not in (
-        ami_parameter
-    ):
-        raise SettingsError(
-            f"context 'instance_type': {instance_type} is {architecture} but 'ami_parameter' "
-            f"names another architecture ({ami_parameter}); pass a matching -c ami_parameter=..."
-        )
+    ami_parameters = {
+        arch: _parse_ami_parameter(arch, context.get(f"ami_parameter_{arch}"))
+        for arch in CPU_ARCHITECTURES
+    }
     return StackSettings(
         availability_zones=azs,
         region=region,
@@ -138,7 +144,8 @@ def parse_settings(context: Mapping[str, object]) -> StackSettings:
         max_hours=_parse_int(
             "max_hours", context.get("max_hours"), DEFAULT_MAX_HOURS, MAX_HOURS_RANGE, unit="hours"
         ),
-        ami_parameter=ami_parameter,
+        ami_parameters=ami_parameters,
+        instance_types={architecture: instance_type},
     )
 
 
@@ -192,12 +199,19 @@ def _parse_instance_type(raw: object) -> tuple[str, str]:
     return value, GPU_INSTANCE_FAMILIES[family]
 
 
-def _parse_ami_parameter(raw: object) -> str:
-    value = DEFAULT_AMI_PARAMETER if raw is None else raw
+def _parse_ami_parameter(arch: str, raw: object) -> str:
+    key = f"ami_parameter_{arch}"
+    value = DEFAULT_AMI_PARAMETERS[arch] if raw is None else raw
     if not isinstance(value, str) or not _SSM_PARAMETER.fullmatch(value):
         raise SettingsError(
-            f"context 'ami_parameter': {value!r} is not an SSM parameter name like "
-            "/aws/service/deeplearning/ami/x86_64/<ami-type>/latest/ami-id"
+            f"context '{key}': {value!r} is not an SSM parameter name like "
+            f"/aws/service/deeplearning/ami/{arch}/<ami-type>/latest/ami-id"
+        )
+    others = [other for other in CPU_ARCHITECTURES if other != arch]
+    if value.startswith("/aws/service/deeplearning/") and f"/{arch}/" not in value:
+        raise SettingsError(
+            f"context '{key}': {value} is not an {arch} DLAMI parameter "
+            f"(the {'/'.join(others)} templates have their own key)"
         )
     return value
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from aws_cdk import Token
 
+from contract.layout import FAILURE_GRACE_MIN
+
 __all__ = ["FAILURE_GRACE_MIN", "TEMPLATE_PATH", "render_user_data"]
 
 TEMPLATE_PATH = Path(__file__).with_name("user_data.sh")
-# Minutes a failed instance stays up before powering off, so someone can look in over SSM.
-FAILURE_GRACE_MIN = 15
 
 _FIELD = re.compile(r"@@([A-Z_]+)@@")
 # Literal values: what S3 URIs, ARNs, regions, names and numbers are made of; no quotes,

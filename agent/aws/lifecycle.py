@@ -7,12 +7,13 @@ the user data also schedules a backstop power-off at boot. Here:
 
 - `system_power_off(reason)`: `shutdown -h +0 <reason>` (a later shutdown replaces a pending
   one, so it also overrides the user data's backstop), then `systemctl poweroff` if that
-  fails, then, with an instance id, EC2 TerminateInstances (the role may terminate instances
-  that carry the campaign tag) as a last resort;
+  fails. The instance role has no EC2 permission at all (least privilege: no instance can end
+  another), so powering off is the only way out; the user data's backstop remains;
 - `default_power_off()`: the seam. It is `system_power_off` unless `BENCH_POWEROFF_FILE` names
   a file, in which case "powering off" appends the reason to that file: tests (and `bench
   run` on a workstation) run the real agent process without turning the machine off;
-- `end_of_run(end_action, reason, power_off)`: what the campaign's end action says;
+- `end_of_run(end_action, reason, power_off, delay_min)`: what the campaign's end action
+  says (a failed run powers off after a grace period, so someone can look in over SSM);
 - `MaxRuntimeWatchdog`: at the max runtime it calls `on_expire` (the runner publishes
   `failed`, drains uploads), waits at most `grace_s` for it, then powers off regardless.
 """
@@ -27,9 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
-
-from agent.aws.clients import ClientSettings, describe, make_client
+from typing import Literal, Protocol
 
 __all__ = [
     "POWEROFF_FILE_ENV",
@@ -45,7 +44,13 @@ log = logging.getLogger(__name__)
 
 POWEROFF_FILE_ENV = "BENCH_POWEROFF_FILE"
 EndAction = Literal["terminate", "stay"]
-PowerOff = Callable[[str], None]
+
+
+class PowerOff(Protocol):
+    """Power off now, or in `delay_min` minutes (a later call replaces a pending one)."""
+
+    def __call__(self, reason: str, delay_min: int = 0) -> None: ...
+
 
 # Tried in order until one succeeds: the systemd power-off paths on the DLAMI (Ubuntu).
 # Each is (argv, whether the reason goes last as the wall message).
@@ -63,56 +68,54 @@ def _flush_logs() -> None:
             handler.flush()
 
 
-def system_power_off(reason: str, *, instance_id: str | None = None) -> None:
-    """Power this machine off now (terminating it, by the launch template's setting).
+def system_power_off(reason: str, delay_min: int = 0) -> None:
+    """Power this machine off (terminating it, by the launch template's setting).
 
     Args:
         reason: a short text for the shutdown wall message and the log (no secrets).
-        instance_id: if given, EC2 TerminateInstances on it when no command worked.
+        delay_min: minutes from now; 0 for at once.
     """
-    log.warning("powering off: %s", reason)
+    log.warning("powering off in %d min: %s", delay_min, reason)
     _flush_logs()
-    for argv, with_reason in _POWEROFF_COMMANDS:
+    commands = _POWEROFF_COMMANDS
+    if delay_min > 0:
+        # Only shutdown can wait; systemctl poweroff is at once.
+        commands = ((("shutdown", "-h", f"+{delay_min}"), True),)
+    for argv, with_reason in commands:
         full = [*argv, reason] if with_reason else list(argv)
         try:
             subprocess.run(full, check=True, timeout=_COMMAND_TIMEOUT_S, capture_output=True)
             return
         except (OSError, subprocess.SubprocessError) as exc:
             log.error("power-off command %s failed: %s", argv[0], exc)
-    if instance_id:
-        try:
-            ec2 = make_client("ec2", settings=ClientSettings(attempts=5))
-            ec2.terminate_instances(InstanceIds=[instance_id])
-            log.warning("asked EC2 to terminate %s", instance_id)
-            return
-        except Exception as exc:  # last resort; the user data's backstop remains
-            log.error("EC2 TerminateInstances failed: %s", describe(exc))
     log.error("could not power off; the user data's max-lifetime shutdown remains")
 
 
 def _power_off_to_file(path: Path) -> PowerOff:
-    def record(reason: str) -> None:
+    def record(reason: str, delay_min: int = 0) -> None:
         log.warning("power-off (recorded in %s, machine left running): %s", path, reason)
         with path.open("a", encoding="utf-8") as handle:
-            handle.write(reason + "\n")
+            handle.write(reason + (f" (in {delay_min} min)" if delay_min else "") + "\n")
 
     return record
 
 
-def default_power_off(*, instance_id: str | None = None) -> PowerOff:
+def default_power_off() -> PowerOff:
     """The power-off to use: the real one, or a file record when `$BENCH_POWEROFF_FILE` is set."""
     target = os.environ.get(POWEROFF_FILE_ENV, "").strip()
     if target:
         return _power_off_to_file(Path(target))
-    return lambda reason: system_power_off(reason, instance_id=instance_id)
+    return system_power_off
 
 
-def end_of_run(end_action: EndAction, reason: str, power_off: PowerOff) -> bool:
+def end_of_run(
+    end_action: EndAction, reason: str, power_off: PowerOff, *, delay_min: int = 0
+) -> bool:
     """Apply the campaign's end action; True if the machine was told to power off."""
     if end_action == "stay":
         log.info("end action 'stay': leaving the instance running (%s)", reason)
         return False
-    power_off(reason)
+    power_off(reason, delay_min)
     return True
 
 

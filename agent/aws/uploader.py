@@ -173,6 +173,13 @@ def download_spec(
             raise UploadError(
                 f"campaign spec {uri} not found (was the campaign launched?)"
             ) from exc
+        if exc.kind is ErrorKind.DENIED:
+            # The role may list only the campaign prefixes, so S3 answers a missing key with
+            # AccessDenied too: say both.
+            raise UploadError(
+                f"campaign spec {uri}: access denied, which is also how S3 answers for a spec "
+                "that does not exist (was the campaign launched into this stack's bucket?)"
+            ) from exc
         raise UploadError(f"cannot read campaign spec {uri}: {exc.detail}") from exc
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(dest.name + _TEMP_SUFFIX)

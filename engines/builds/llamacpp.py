@@ -596,7 +596,8 @@ def _main(argv: list[str] | None = None) -> int:
         help="CUDA compute capability, e.g. 90 or 8.9 (default: CPU build)",
     )
     parser.add_argument(
-        "--jobs", "-j", type=int, default=2, help="parallel compile jobs (default 2)"
+        "--jobs", "-j", type=int, default=os.cpu_count() or 2,
+        help="parallel compile jobs (default: every core; a GPU instance bills by the minute)"
     )
     parser.add_argument(
         "--cache-root",

@@ -1,6 +1,12 @@
 """The project's own PyTorch engine (engines/pytorch): `python -m engines.pytorch`.
 
-Nothing to install beyond the project and its torch. Its CLI (engines/pytorch/config.py) is
+Install: like every pip engine, its own environment (the agent's has no torch, and the Base
+DLAMI ships no framework): torch at `TORCH_VERSION` plus the project, editable from its
+source tree with its `pytorch` extra. PyPI's Linux torch wheels are the CUDA builds (x86_64
+and aarch64 alike), carrying their CUDA runtime as `nvidia-*` wheels; the DLAMIs' driver
+(595) runs every CUDA 12.x and 13.x build. On CPU the same pin resolves to whatever the
+package index serves for it (the CPU build where the index has one, as this project's CI
+does). Its CLI (engines/pytorch/config.py) is
 `--model M --host H --port P --max-running N --dtype D [--max-model-len L] [--threads T]
 [--quantize w4a16]`. A compressed-tensors W4A16 source (the campaigns' default for this
 engine) is served in int4 as it is (engines/pytorch/checkpoint.py); the version probe
@@ -17,11 +23,33 @@ from engines.recipes.schema import (
     EngineRecipe,
     Flag,
     GpuVariant,
+    InstallStep,
     ReadyCheck,
     SettingSpec,
 )
 
-__all__ = ["RECIPE"]
+__all__ = ["RECIPE", "TORCH_VERSION"]
+
+# The version the engine is developed and measured with (pyproject's dev pin; the H200 ran it).
+TORCH_VERSION = "2.13.0"
+
+_INSTALL = (
+    InstallStep(
+        name="pip torch + the project",
+        kind="pip",
+        argv=(
+            "{python}",
+            "-m",
+            "pip",
+            "install",
+            f"torch=={TORCH_VERSION}",
+            "--editable",
+            "{project}[pytorch]",
+        ),
+        why="the engine's own environment: torch's build for this machine and the project "
+        "(engines.pytorch) with its serving dependencies",
+    ),
+)
 
 RECIPE = EngineRecipe(
     name="pytorch",
@@ -29,7 +57,7 @@ RECIPE = EngineRecipe(
     arm_prefix="pytorch",
     version="project",
     version_note="the project's own engine at the agent's git sha",
-    install=(),
+    install=_INSTALL,
     serve=(
         "{python}",
         "-m",

@@ -21,6 +21,7 @@ from contract.errors import BenchError
 from contract.frozen import FrozenModel
 from contract.suite import ForceOutputMode, RequestSettings
 from engines.patches import PATCH_DIR, PATCHES
+from engines.recipes.project import project_source
 from engines.recipes.schema import (
     DrafterArgs,
     DrafterRefusal,
@@ -395,6 +396,11 @@ def render_install(
     fills = {
         "python": python,
         "bench_python": sys.executable,
+        # Looked up only when a step names it (our own engines), so other engines install
+        # wherever the project came from.
+        "project": str(project_source())
+        if any("{project}" in a for s in steps for a in s.argv)
+        else "{project}",
         "cuda_arch": key.removeprefix("sm_") if key != "cpu" else "",
         "site_packages": str(site_packages),
         "bin_dir": str(bin_dir),

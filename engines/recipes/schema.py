@@ -13,6 +13,7 @@ Placeholders: the serve template and drafter arguments use `{name}` for `model`,
 `draft_tokens_plus_one`; a `JsonArg` renders a dict to one JSON argument, where a value
 that is exactly "{name}" takes the placeholder's typed value (an int stays an int).
 Install steps use `{python}` (the engine's interpreter), `{bench_python}` (the project's),
+`{project}` (the project's source tree, for engines that are the project's own code),
 `{cuda_arch}`, `{site_packages}`, `{patch_dir}` and `{version}`.
 """
 
@@ -48,7 +49,16 @@ SERVE_PLACEHOLDERS = frozenset(
 )
 DRAFTER_PLACEHOLDERS = SERVE_PLACEHOLDERS | {"drafter", "draft_tokens", "draft_tokens_plus_one"}
 INSTALL_PLACEHOLDERS = frozenset(
-    {"python", "bench_python", "cuda_arch", "site_packages", "patch_dir", "version", "bin_dir"}
+    {
+        "python",
+        "bench_python",
+        "project",
+        "cuda_arch",
+        "site_packages",
+        "patch_dir",
+        "version",
+        "bin_dir",
+    }
 )
 _PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")
 VARIANT_KEY_RE = re.compile(r"^(cpu|sm_\d{2,3}[a-z]?)$")

@@ -187,8 +187,9 @@ class RunInstancesScript:
 
     def __init__(self, stack: StackOutputs, script: dict[tuple[str, str], list[tuple[str, int]]]):
         self._markets = {
-            stack.spot_launch_template: "spot",
-            stack.on_demand_launch_template: "on-demand",
+            template: market
+            for pair in stack.launch_templates.values()
+            for market, template in pair.items()
         }
         self._zones = {subnet: zone for zone, subnet in stack.subnets_by_az.items()}
         self._script = {key: list(errors) for key, errors in script.items()}

@@ -181,4 +181,5 @@ def test_the_policy_is_narrow(stack: StackOutputs, capsys: pytest.CaptureFixture
     }
     assert "iam:CreateServiceLinkedRole" not in actions
     templates = " ".join(by_sid["RunFromTheStacksTemplatesAndSubnets"]["Resource"])
-    assert stack.spot_launch_template in templates and stack.on_demand_launch_template in templates
+    every = [t for pair in stack.launch_templates.values() for t in pair.values()]
+    assert len(every) == 4 and all(t in templates for t in every)  # both markets, both archs

@@ -3,6 +3,7 @@ everything else answered by the moto server holding the real BenchStack."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import boto3
@@ -98,7 +99,7 @@ def test_spot_refused_everywhere_then_on_demand_taken_in_the_second_subnet(
     assert instance["SubnetId"] == stack.subnets_by_az["us-east-1b"]
     assert instance["InstanceType"] == "g6.xlarge"
     assert tags[TAG_CAMPAIGN] == "c1" and tags[TAG_SHARD] == "s0" and tags["Name"] == "bench-c1-s0"
-    assert tags["aws:ec2launchtemplate:id"] == stack.on_demand_launch_template
+    assert tags["aws:ec2launchtemplate:id"] == stack.launch_template("x86_64", "on-demand")
     spec = boto3.client("s3").get_object(Bucket=stack.bucket, Key=spec_key("c1"))
     assert spec["Body"].read() == (tmp_path / "spec.toml").read_bytes()
 
@@ -433,3 +434,30 @@ def test_client_token_is_derived_so_concurrent_launches_converge():
     ended = client_token(*args, ("i-1",))
     assert ended != token
     assert client_token(*args, ("i-2", "i-1")) == client_token(*args, ("i-1", "i-2"))
+
+
+def test_a_g5g_shard_launches_from_the_arm64_template_pair(
+    clients: AwsClients, stack: StackOutputs, tmp_path: Path
+):
+    result, _, _ = _launch(
+        clients, stack, tmp_path, [("x86", "g6.xlarge"), ("arm", "g5g.xlarge")]
+    )
+    assert {s.shard: s.outcome for s in result.shards} == {"x86": "launched", "arm": "launched"}
+    by_shard = {tags_of(i)[TAG_SHARD]: tags_of(i) for i in live_instances("c1")}
+    assert by_shard["arm"]["aws:ec2launchtemplate:id"] == stack.launch_template("arm64", "spot")
+    assert by_shard["x86"]["aws:ec2launchtemplate:id"] == stack.launch_template("x86_64", "spot")
+
+
+def test_a_shard_whose_architecture_has_no_templates_is_refused_before_anything_launches(
+    clients: AwsClients, stack: StackOutputs, tmp_path: Path
+):
+    # A stack deployed before the arm64 pair existed.
+    x86_only = dataclasses.replace(
+        stack, launch_templates={"x86_64": stack.launch_templates["x86_64"]}
+    )
+    with pytest.raises(ControlError, match=r"shard arm \(g5g\.xlarge\): stack .* no launch "
+                       r"templates for arm64 instances \(it has x86_64\); redeploy"):
+        _launch(clients, x86_only, tmp_path, [("x86", "g6.xlarge"), ("arm", "g5g.xlarge")])
+    assert live_instances("c1") == []
+    with pytest.raises(ClientError):
+        boto3.client("s3").head_object(Bucket=stack.bucket, Key=spec_key("c1"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra.settings import (
-    DEFAULT_AMI_PARAMETER,
+    DEFAULT_AMI_PARAMETERS,
     DEFAULT_AZS,
     DEFAULT_INSTANCE_TYPE,
     SettingsError,
@@ -29,7 +29,8 @@ def test_defaults() -> None:
     assert settings.root_volume_gib == 200
     assert settings.keep_results is False
     assert settings.max_hours == 24
-    assert settings.ami_parameter == DEFAULT_AMI_PARAMETER
+    assert settings.ami_parameters == DEFAULT_AMI_PARAMETERS
+    assert settings.instance_types == {"x86_64": "g6.xlarge"}
 
 
 def test_strings_from_the_command_line_and_json_from_cdk_json_agree() -> None:
@@ -56,12 +57,14 @@ def test_strings_from_the_command_line_and_json_from_cdk_json_agree() -> None:
     assert from_cli.availability_zones == ("eu-central-1a", "eu-central-1b")
 
 
-def test_arm_gpu_type_needs_an_arm_ami() -> None:
-    arm_ami = DEFAULT_AMI_PARAMETER.replace("/x86_64/", "/arm64/")
-    settings = parse_settings({"instance_type": "g5g.2xlarge", "ami_parameter": arm_ami})
+def test_each_architecture_has_its_own_ami_and_default_type() -> None:
+    settings = parse_settings({"instance_type": "g5g.2xlarge"})
     assert settings.architecture == "arm64"
-    with pytest.raises(SettingsError, match=r"context 'instance_type': g5g\.2xlarge is arm64"):
-        parse_settings({"instance_type": "g5g.2xlarge"})
+    assert settings.instance_types == {"arm64": "g5g.2xlarge"}
+    assert "/arm64/" in settings.ami_parameters["arm64"]
+    assert "/x86_64/" in settings.ami_parameters["x86_64"]
+    with pytest.raises(SettingsError, match=r"'ami_parameter_arm64': .* not an arm64 DLAMI"):
+        parse_settings({"ami_parameter_arm64": DEFAULT_AMI_PARAMETERS["x86_64"]})
 
 
 @pytest.mark.parametrize(
@@ -85,7 +88,10 @@ def test_arm_gpu_type_needs_an_arm_ami() -> None:
         ({"root_volume_gib": True}, "context 'root_volume_gib': True is not a whole number"),
         ({"keep_results": "maybe"}, "context 'keep_results': 'maybe' is not true or false"),
         ({"max_hours": "0"}, "context 'max_hours': 0 hours is outside 1-168"),
-        ({"ami_parameter": "ami-0123"}, "context 'ami_parameter': 'ami-0123' is not an SSM"),
+        (
+            {"ami_parameter_x86_64": "ami-0123"},
+            "context 'ami_parameter_x86_64': 'ami-0123' is not an SSM",
+        ),
     ],
 )
 def test_bad_values_name_the_key_in_one_line(context: dict[str, object], message: str) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from contract import layout
-from infra.settings import DEFAULT_AMI_PARAMETER, DEFAULT_AZS, DEFAULT_INSTANCE_TYPE
+from contract.gpus import CPU_ARCHITECTURES
+from infra.settings import DEFAULT_AMI_PARAMETERS, DEFAULT_AZS, DEFAULT_INSTANCE_TYPE
 from tests.fixtures.cdk_synth import Synthesized
 
 pytest.importorskip("aws_cdk", reason="CDK toolchain not installed")
@@ -37,13 +38,18 @@ def one(template_json: dict[str, Any], type_: str) -> tuple[str, dict[str, Any]]
     return next(iter(found.items()))
 
 
-def launch_template_data(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Output key of each launch template ("spot"/"on-demand") -> its LaunchTemplateData."""
+def launch_template_data(
+    template_json: dict[str, Any], arch: str | None = None
+) -> dict[str, dict[str, Any]]:
+    """Market ("spot"/"on-demand"; "<arch> <market>" when arch is None, for every
+    architecture) -> that launch template's LaunchTemplateData."""
+    outputs = template_json["Outputs"]
     by_id = {
-        "spot": template_json["Outputs"][layout.OUTPUT_LAUNCH_TEMPLATE_SPOT]["Value"]["Ref"],
-        "on-demand": template_json["Outputs"][layout.OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND]["Value"][
-            "Ref"
-        ],
+        (market if arch else f"{a} {market}"): outputs[layout.launch_template_output(a, market)][
+            "Value"
+        ]["Ref"]
+        for a in ([arch] if arch else CPU_ARCHITECTURES)
+        for market in ("spot", "on-demand")
     }
     return {
         market: template_json["Resources"][logical_id]["Properties"]["LaunchTemplateData"]
@@ -169,8 +175,6 @@ def test_agent_policy_is_exactly_what_the_agent_needs(template_json: dict[str, A
         ],
         "ListCampaignsAndResults": ["s3:ListBucket"],
         "PublishStatus": ["ssm:GetParameter", "ssm:PutParameter"],
-        "ReadTags": ["ec2:DescribeTags"],
-        "TerminateCampaignInstances": ["ec2:TerminateInstances"],
     }
     assert all(s["Effect"] == "Allow" for s in agent_statements(template_json))
 
@@ -195,21 +199,25 @@ def test_agent_policy_resources_are_scoped(template_json: dict[str, Any]) -> Non
     ssm_arn = json.dumps(by_sid["PublishStatus"]["Resource"])
     assert ssm_arn.endswith(f':parameter{layout.STATUS_PARAMETER_PREFIX}*"]]}}')
 
-    terminate = by_sid["TerminateCampaignInstances"]
-    assert json.dumps(terminate["Resource"]).endswith(':instance/*"]]}')
-    assert terminate["Condition"] == {
-        "StringLike": {f"aws:ResourceTag/{layout.TAG_CAMPAIGN}": "?*"}
-    }
 
-
-def test_no_star_resource_except_where_aws_requires_it(template_json: dict[str, Any]) -> None:
-    """'*' only for actions without resource-level permissions; no action wildcards."""
-    requires_star = {"ec2:DescribeTags"}
+def test_least_privilege_no_star_resource_no_ec2(template_json: dict[str, Any]) -> None:
+    """No Allow on Resource '*', no action wildcards, and nothing on EC2: tags come from IMDS
+    and the agent ends its instance by powering off (issue 20, item 4)."""
     for statement in agent_statements(template_json):
         actions = as_list(statement["Action"])
         assert all("*" not in action for action in actions), statement
-        if "*" in as_list(statement["Resource"]):
-            assert set(actions) <= requires_star, statement
+        assert "*" not in as_list(statement["Resource"]), statement
+        assert not any(action.startswith("ec2:") for action in actions), statement
+    everything = json.dumps(agent_statements(template_json))
+    assert "ec2:TerminateInstances" not in everything and "ec2:DescribeTags" not in everything
+
+
+def test_instances_end_by_powering_off_and_read_tags_from_imds(
+    template_json: dict[str, Any],
+) -> None:
+    for data in launch_template_data(template_json).values():
+        assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
+        assert data["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
 
 
 def test_asset_read_is_the_one_object(synthesized: Synthesized) -> None:
@@ -370,7 +378,7 @@ def test_user_data_fetches_this_asset_and_starts_the_agent(synthesized: Synthesi
 
 
 def test_spot_template_is_one_time_and_terminates(template_json: dict[str, Any]) -> None:
-    spot = launch_template_data(template_json)["spot"]
+    spot = launch_template_data(template_json, "x86_64")["spot"]
     assert spot["InstanceMarketOptions"] == {
         "MarketType": "spot",
         "SpotOptions": {
@@ -380,20 +388,39 @@ def test_spot_template_is_one_time_and_terminates(template_json: dict[str, Any])
     }
 
 
-def test_templates_identical_but_for_market_options(template_json: dict[str, Any]) -> None:
-    data = launch_template_data(template_json)
+@pytest.mark.parametrize("arch", CPU_ARCHITECTURES)
+def test_templates_identical_but_for_market_options(
+    template_json: dict[str, Any], arch: str
+) -> None:
+    data = launch_template_data(template_json, arch)
     spot = dict(data["spot"])
     spot.pop("InstanceMarketOptions")
     assert "InstanceMarketOptions" not in data["on-demand"]
     assert spot == data["on-demand"]
 
 
+def test_each_architecture_has_its_own_pair_on_its_own_ami(template_json: dict[str, Any]) -> None:
+    x86, arm = (launch_template_data(template_json, arch) for arch in CPU_ARCHITECTURES)
+    assert x86["spot"]["ImageId"] != arm["spot"]["ImageId"]
+    for arch in CPU_ARCHITECTURES:
+        for data in launch_template_data(template_json, arch).values():
+            assert f"/deeplearning/ami/{arch}/" in data["ImageId"]
+    # Everything else is the same: one user data, one profile, one volume layout.
+    strip = ("ImageId", "InstanceType")
+    assert {k: v for k, v in x86["spot"].items() if k not in strip} == {
+        k: v for k, v in arm["spot"].items() if k not in strip
+    }
+    # Not every region offers G5g: the arm64 pair names no type; each launch sets it.
+    assert "InstanceType" not in arm["spot"] and "InstanceType" not in arm["on-demand"]
+
+
 def test_templates_ami_imds_shutdown_profile_sg(synthesized: Synthesized) -> None:
     template_json = synthesized.template_json
     profile_id, _ = one(template_json, "AWS::IAM::InstanceProfile")
     sg_ids = list(resources(template_json, "AWS::EC2::SecurityGroup"))
-    for data in launch_template_data(template_json).values():
-        assert data["ImageId"] == f"resolve:ssm:{DEFAULT_AMI_PARAMETER}"
+    for key, data in launch_template_data(template_json).items():
+        arch = key.split()[0]
+        assert data["ImageId"] == f"resolve:ssm:{DEFAULT_AMI_PARAMETERS[arch]}"
         assert data["MetadataOptions"] == {
             "HttpEndpoint": "enabled",
             "HttpTokens": "required",
@@ -403,7 +430,7 @@ def test_templates_ami_imds_shutdown_profile_sg(synthesized: Synthesized) -> Non
         assert data["InstanceInitiatedShutdownBehavior"] == "terminate"
         assert data["IamInstanceProfile"] == {"Arn": {"Fn::GetAtt": [profile_id, "Arn"]}}
         assert data["SecurityGroupIds"] == [{"Fn::GetAtt": [sg_ids[0], "GroupId"]}]
-        assert data["InstanceType"] == DEFAULT_INSTANCE_TYPE
+        assert data.get("InstanceType") == (DEFAULT_INSTANCE_TYPE if arch == "x86_64" else None)
         assert "UserData" in data
 
 
@@ -424,8 +451,10 @@ def test_root_volume_gp3_sized_and_provisioned(synth_with: Callable[..., Synthes
 
 def test_instance_type_default_comes_from_context(synth_with: Callable[..., Synthesized]) -> None:
     synthesized = synth_with(instance_type="g6e.2xlarge")
-    for data in launch_template_data(synthesized.template_json).values():
+    for data in launch_template_data(synthesized.template_json, "x86_64").values():
         assert data["InstanceType"] == "g6e.2xlarge"
+    for data in launch_template_data(synthesized.template_json, "arm64").values():
+        assert "InstanceType" not in data
 
 
 # --- outputs ---
@@ -435,8 +464,11 @@ def test_outputs_the_launcher_reads(template_json: dict[str, Any]) -> None:
     outputs = template_json["Outputs"]
     wanted = {
         layout.OUTPUT_BUCKET,
-        layout.OUTPUT_LAUNCH_TEMPLATE_SPOT,
-        layout.OUTPUT_LAUNCH_TEMPLATE_ON_DEMAND,
+        *(
+            layout.launch_template_output(arch, market)
+            for arch in CPU_ARCHITECTURES
+            for market in ("spot", "on-demand")
+        ),
         layout.OUTPUT_SUBNETS_BY_AZ,
         layout.OUTPUT_HF_SECRET_ARN,
         layout.OUTPUT_STATUS_PREFIX,

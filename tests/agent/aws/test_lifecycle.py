@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 import threading
 import time
@@ -24,8 +25,8 @@ class Recorder:
         self.reasons: list[str] = []
         self.called = threading.Event()
 
-    def __call__(self, reason: str) -> None:
-        self.reasons.append(reason)
+    def __call__(self, reason: str, delay_min: int = 0) -> None:
+        self.reasons.append(reason + (f" (in {delay_min} min)" if delay_min else ""))
         self.called.set()
 
 
@@ -40,7 +41,7 @@ def test_end_action_terminate_powers_off_stay_does_not():
 def test_poweroff_file_seam(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     target = tmp_path / "poweroff"
     monkeypatch.setenv(POWEROFF_FILE_ENV, str(target))
-    default_power_off(instance_id="i-1")("campaign done")
+    default_power_off()("campaign done")
     assert target.read_text() == "campaign done\n"
 
 
@@ -98,3 +99,22 @@ def test_cancelled_watchdog_does_nothing():
     watchdog.cancel()
     time.sleep(0.5)
     assert power_off.reasons == [] and not watchdog.expired
+
+
+def test_a_failed_run_powers_off_after_the_grace_and_stay_still_stays():
+    power_off = Recorder()
+    assert end_of_run("terminate", "failed", power_off, delay_min=15)
+    assert power_off.reasons == ["failed (in 15 min)"]
+    assert not end_of_run("stay", "failed", power_off, delay_min=15)
+    assert power_off.reasons == ["failed (in 15 min)"]
+
+
+def test_a_delayed_system_power_off_schedules_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    calls = tmp_path / "calls"
+    fake = _script(tmp_path / "shutdown", f'echo "shutdown $*" >> {calls}')
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert Path(fake).name == "shutdown"
+    system_power_off("bench failed", 15)
+    assert calls.read_text() == "shutdown -h +15 bench failed\n"

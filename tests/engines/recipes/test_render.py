@@ -160,7 +160,10 @@ def test_install_steps_per_gpu():
     assert llama_cpu[0].argv[1:] == ("-m", "engines.builds.llamacpp", "--link-into", "/bin")
     llama_h200 = render_install(get_recipe("llamacpp"), "9.0", bin_dir="/bin")
     assert llama_h200[0].argv[-4:] == ("--cuda-arch", "90", "--link-into", "/bin")
-    assert render_install(get_recipe("pytorch"), None) == ()
+    # Our engine: its own environment with torch and the project, editable from its tree.
+    (own,) = render_install(get_recipe("pytorch"), None, python="/e/bin/python")
+    assert own.kind == "pip" and own.argv[:4] == ("/e/bin/python", "-m", "pip", "install")
+    assert own.argv[-2:] == ("--editable", f"{Path(__file__).resolve().parents[3]}[pytorch]")
     for recipe in RECIPES.values():
         for gpu in ("7.5", "8.9"):
             for step in render_install(recipe, gpu, site_packages="/sp", bin_dir="/bin"):
