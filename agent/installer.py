@@ -232,7 +232,8 @@ def _run(
                 start_new_session=True,  # its own group: a stop reaches cmake's children
             )
         except OSError as exc:
-            raise EngineInstallError(engine, name, str(exc), tail(log_path, LOG_TAIL_LINES)) from exc
+            log_tail = tail(log_path, LOG_TAIL_LINES)
+            raise EngineInstallError(engine, name, str(exc), log_tail) from exc
         returncode = _wait(process, started, should_stop)
         elapsed = time.monotonic() - started
         handle.write(f"{time.strftime('%H:%M:%S')} END {name} rc={returncode} {elapsed:.1f}s\n")
