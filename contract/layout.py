@@ -30,7 +30,7 @@ __all__ = [
     "FAILURE_GRACE_MIN",
     "JOBS_DIR",
     "MANIFEST_FILE",
-    "OUTPUT_AMI_PARAMETER",
+    "OUTPUT_AMI_PARAMETERS",
     "OUTPUT_BUCKET",
     "OUTPUT_HF_SECRET_ARN",
     "OUTPUT_INSTANCE_ROLE_ARN",
@@ -81,7 +81,7 @@ OUTPUT_HF_SECRET_ARN = "HfTokenSecretArn"
 OUTPUT_STATUS_PREFIX = "StatusParameterPrefix"
 OUTPUT_MAX_HOURS = "MaxHours"  # the instances' power-off backstop, hours after boot
 OUTPUT_INSTANCE_ROLE_ARN = "InstanceRoleArn"  # what the launcher passes (iam:PassRole)
-OUTPUT_AMI_PARAMETER = "AmiParameter"  # the public SSM parameter the templates resolve
+OUTPUT_AMI_PARAMETERS = "AmiParameters"  # JSON: CPU architecture -> the public SSM parameter
 
 # --- Environment of the agent's systemd unit on an instance (written by the user data) ---
 AGENT_ENV_BUCKET = "BENCH_BUCKET"

@@ -43,9 +43,9 @@ def workstation_policy(stack: StackOutputs, region: str) -> dict[str, Any]:
             redeploy it).
     """
     role = stack.instance_role_arn
-    if role is None or stack.ami_parameter is None:
+    if role is None or not stack.ami_parameters:
         raise ControlError(
-            f"stack {stack.stack_name} has no InstanceRoleArn/AmiParameter outputs (deployed "
+            f"stack {stack.stack_name} has no InstanceRoleArn/AmiParameters outputs (deployed "
             "by an older version): redeploy it with `make deploy`, then run this again"
         )
     parts = role.split(":")
@@ -112,9 +112,12 @@ def workstation_policy(stack: StackOutputs, region: str) -> dict[str, Any]:
             {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
         ),
         _allow(
-            "ResolveTheAmiParameter",
+            "ResolveTheAmiParameters",
             ["ssm:GetParameters", "ssm:GetParameter"],
-            [f"arn:{partition}:ssm:{region}::parameter{stack.ami_parameter}"],
+            [
+                f"arn:{partition}:ssm:{region}::parameter{name}"
+                for name in sorted(stack.ami_parameters.values())
+            ],
         ),
         _allow(
             "CampaignStatus",

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from botocore.exceptions import ClientError
 
 from contract.gpus import CPU_ARCHITECTURES
 from contract.layout import (
-    OUTPUT_AMI_PARAMETER,
+    OUTPUT_AMI_PARAMETERS,
     OUTPUT_BUCKET,
     OUTPUT_HF_SECRET_ARN,
     OUTPUT_INSTANCE_ROLE_ARN,
@@ -53,7 +53,8 @@ class StackOutputs:
         max_hours: the instances' power-off backstop (None: a stack deployed before it was
             an output).
         instance_role_arn: the instances' role (None: likewise).
-        ami_parameter: the SSM parameter the launch templates resolve (None: likewise).
+        ami_parameters: CPU architecture -> the SSM parameter its launch templates resolve
+            (empty: likewise).
     """
 
     stack_name: str
@@ -64,7 +65,7 @@ class StackOutputs:
     hf_secret_arn: str | None = None
     max_hours: int | None = None
     instance_role_arn: str | None = None
-    ami_parameter: str | None = None
+    ami_parameters: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def spot_launch_templates(self) -> frozenset[str]:
@@ -153,7 +154,7 @@ def find_stack(clients: AwsClients, stack_name: str, *, bucket: str | None = Non
         hf_secret_arn=outputs.get(OUTPUT_HF_SECRET_ARN) or None,
         max_hours=_int_or_none(outputs.get(OUTPUT_MAX_HOURS)),
         instance_role_arn=outputs.get(OUTPUT_INSTANCE_ROLE_ARN) or None,
-        ami_parameter=outputs.get(OUTPUT_AMI_PARAMETER) or None,
+        ami_parameters=_json_object(outputs.get(OUTPUT_AMI_PARAMETERS)),
     )
     if bucket is not None and bucket != found.bucket:
         raise ControlError(
@@ -195,6 +196,15 @@ def check_bucket(clients: AwsClients, name: str) -> None:
         if code in {"403", "AccessDenied", "Forbidden"}:
             raise ControlError(f"bucket {name}: access denied to these credentials") from exc
         raise
+
+
+def _json_object(text: str | None) -> dict[str, str]:
+    """A JSON object output as strings; empty when absent or not an object (an older stack)."""
+    try:
+        value = json.loads(text) if text else {}
+    except json.JSONDecodeError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
 
 
 def _int_or_none(text: str | None) -> int | None:

@@ -7,6 +7,7 @@ when done. The stack only declares: no lookups, so synth works offline with no c
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from aws_cdk import CfnOutput, Environment, Stack
@@ -18,7 +19,7 @@ from contract.layout import (
     AGENT_ENV_BUCKET,
     AGENT_ENV_HF_SECRET_ID,
     AGENT_ENV_REGION,
-    OUTPUT_AMI_PARAMETER,
+    OUTPUT_AMI_PARAMETERS,
     OUTPUT_BUCKET,
     OUTPUT_HF_SECRET_ARN,
     OUTPUT_INSTANCE_ROLE_ARN,
@@ -126,7 +127,10 @@ class BenchStack(Stack):
             OUTPUT_STATUS_PREFIX: (STATUS_PARAMETER_PREFIX, "SSM status parameter prefix"),
             OUTPUT_MAX_HOURS: (str(settings.max_hours), "hours after boot an instance powers off"),
             OUTPUT_INSTANCE_ROLE_ARN: (self.identity.role.role_arn, "the instances' role"),
-            OUTPUT_AMI_PARAMETER: (settings.ami_parameter, "SSM parameter naming the AMI"),
+            OUTPUT_AMI_PARAMETERS: (
+                json.dumps(dict(settings.ami_parameters), sort_keys=True),
+                "SSM parameter naming the AMI, by CPU architecture (JSON object)",
+            ),
         }
         for arch, pair in self.launch_templates.items():
             for market, template in (("spot", pair.spot), ("on-demand", pair.on_demand)):

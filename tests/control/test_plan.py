@@ -154,7 +154,8 @@ def _with_secret(stack: StackOutputs, value: str | None) -> StackOutputs:
 def test_the_stack_outputs_give_the_backstop_role_and_ami(stack: StackOutputs):
     assert stack.max_hours == 24
     assert stack.instance_role_arn and ":role/" in stack.instance_role_arn
-    assert stack.ami_parameter and stack.ami_parameter.startswith("/aws/service/")
+    assert set(stack.ami_parameters) == {"x86_64", "arm64"}
+    assert all(p.startswith("/aws/service/") for p in stack.ami_parameters.values())
 
 
 def test_preflight_of_a_launchable_campaign_has_no_problem(
