@@ -18,7 +18,6 @@ LAZY_IMPORTS: dict[str, str] = {
     "huggingface_hub": "model downloads from the Hugging Face hub (agent/models.py)",
     "bfcl_eval": "the BFCL task's questions and official checker (agent/evals/bfcl.py)",
     "boto3": "status, uploads, the spec and the HF token (agent/aws)",
-    "matplotlib": "the report's plots",
 }
 
 
