@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from agent.telemetry.samples import GpuSample
 
 from agent.telemetry import TelemetrySampler, read_telemetry_csv
+from contract.telemetry_samples import GpuSample
 from tests.fixtures.fake_nvml import FakeGpu, FakeNvml
 
 
