@@ -116,6 +116,16 @@ def not_measured(
                 f" and {len(off) - 8} more" if len(off) > 8 else ""
             )
             lines.append(f"{grid.shape}: cells without a figure: {parts}.")
+        partial = [c for c in grid.cells.values() if c.status == "partial"]
+        if partial:
+            parts = ", ".join(
+                f"{c.label} at {c.concurrency} ({c.requests_failed} failed)" for c in partial[:8]
+            )
+            lines.append(
+                f"{grid.shape}: partial cells (requests failed, figure shown with the loss, "
+                f"left out of best-per-level and cost): {parts}"
+                + (f" and {len(partial) - 8} more." if len(partial) > 8 else ".")
+            )
     for item in EVAL_ITEMS:
         if item not in spec.suite.items():
             lines.append(f"{item}: not in this campaign's suite.")

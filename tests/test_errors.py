@@ -56,7 +56,7 @@ def test_every_project_error_derives_from_bench_error():
 def test_an_expected_failure_is_one_line_with_status_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
-    def refuse(*_args: object) -> int:
+    def refuse(*_args: object, **_kwargs: object) -> int:
         raise SpecError("spec.toml: not valid TOML: line 1")
 
     monkeypatch.setattr(cli.local_run, "run_local", refuse)
@@ -68,7 +68,7 @@ def test_an_expected_failure_is_one_line_with_status_2(
 def test_a_bug_shows_its_traceback_and_says_so(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ):
-    def broken(*_args: object) -> int:
+    def broken(*_args: object, **_kwargs: object) -> int:
         return {}["missing"]
 
     monkeypatch.setattr(cli.local_run, "run_local", broken)

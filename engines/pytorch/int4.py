@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel
 
+from contract.errors import BenchError
+
 log = logging.getLogger(__name__)
 
 BITS = 4
@@ -42,7 +44,7 @@ Int4 = tuple[torch.Tensor, torch.Tensor]  # (packed int32 (N, K/8), scale (N, K/
 TENSOR_NAMES = ("weight_packed", "weight_scale", "weight_shape")
 
 
-class Int4FormatError(ValueError):
+class Int4FormatError(BenchError, ValueError):
     """An int4 tensor set that does not fit the format (shapes, dtypes, group size)."""
 
 

@@ -14,12 +14,14 @@ import json
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from contract.errors import BenchError
+
 __all__ = ["DISTRIBUTION", "ProjectSourceError", "project_source"]
 
 DISTRIBUTION = "llm-serving-bench"
 
 
-class ProjectSourceError(RuntimeError):
+class ProjectSourceError(BenchError, RuntimeError):
     """The project's source tree cannot be found (installed from a wheel, not a folder)."""
 
 

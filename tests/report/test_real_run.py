@@ -113,6 +113,8 @@ def test_a_local_run_has_no_price_and_says_what_it_did_not_measure(real_report: 
         "ttft-in64-out16",
         "ttft-in16-out64",
         "telemetry-here",
+        "pareto-user-in64-out16",
+        "pareto-user-in16-out64",
     }
 
 
