@@ -1,6 +1,6 @@
 """`bench launch|status|fetch|cleanup|iam-policy`: campaigns on AWS, from the workstation.
 
-Parses nothing (cli/main.py does), decides nothing (control does): it calls the verbs,
+Parses nothing (cli/parser.py does), decides nothing (control does): it calls the verbs,
 prints each launch attempt as one line while it happens, and renders the records as tables.
 A problem the user can fix (no stack, no credentials, a bad spec, an unknown campaign, a
 bucket that is not the stack's) is one line on stderr and exit status 2.

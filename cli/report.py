@@ -1,6 +1,6 @@
 """`bench report DIR`: write report.md, report.html and plots; print the headline table.
 
-The flags are declared in cli/main.py (so `bench --help` stays instant); this module, and
+The flags are declared in cli/parser.py (so `bench --help` stays instant); this module, and
 matplotlib with it, is imported only when the command runs.
 """
 

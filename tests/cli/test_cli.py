@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.main import _build_parser
+from cli.parser import build_parser as _build_parser
 from refserver import ReferenceServer, reference_server
 
 BENCH = str(Path(sys.executable).with_name("bench"))

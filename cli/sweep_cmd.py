@@ -1,0 +1,155 @@
+"""`bench sweep URL`: the load sweep against a running server, into `--out`; `--resume`
+finishes an interrupted sweep cell by cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from pydantic import ValidationError
+
+from cli.parser import out_mode
+from cli.standalone import (
+    UserError,
+    console,
+    default_out,
+    one_line,
+    previous_summary,
+    progress_bar,
+    request_settings,
+    write_standalone,
+)
+
+if TYPE_CHECKING:
+    from contract.suite import Shape
+
+__all__ = ["run_sweep_command"]
+
+
+def parse_shapes(text: str) -> tuple[Shape, ...]:
+    from contract.suite import Shape
+
+    try:
+        shapes = tuple(Shape.parse(s) for s in text.split(",") if s.strip())
+    except ValueError as exc:
+        raise UserError(f"--shapes: {one_line(exc)}") from exc
+    if not shapes:
+        raise UserError("--shapes: give at least one INPUT/OUTPUT shape, e.g. 512/128")
+    return shapes
+
+
+async def run_sweep_command(args: argparse.Namespace) -> int:
+    from agent.loadgen.arrivals import connections_for
+    from agent.loadgen.client import OpenAIClient
+    from agent.loadgen.sweep import count_requests, run_sweep
+    from agent.loadgen.text_sources import load_source
+    from agent.results import ResultWriter
+    from agent.telemetry.server_metrics import (
+        SERVER_METRICS_FILE,
+        ServerMetricsCsv,
+        ServerMetricsPoller,
+    )
+    from cli.outdir import prepare_out
+    from contract.results import REQUESTS_FILE, VLLM_EXPORT_FILE, SweepSummary
+    from contract.suite import SweepSettings
+    from report.console import print_tables, report_of, sweep_tables
+
+    if (args.mode == "rate") != bool(args.rates):
+        raise UserError("--rates goes with --mode rate, and --mode rate needs --rates")
+    try:
+        settings = SweepSettings(
+            shapes=parse_shapes(args.shapes),
+            levels=args.levels,
+            repeats=args.repeats,
+            mode=args.mode,
+            rates=args.rates or (),
+            burstiness=args.burstiness,
+            max_concurrency=args.max_concurrency,
+            seed=args.seed,
+            prompts=args.prompts,
+            warmup=not args.no_warmup,
+            steady_window_s=args.window_s,
+            steady_warmup_s=args.warmup_s,
+            max_cell_s=args.max_cell_s,
+            slo_ttft_ms=args.slo_ttft_ms,
+            slo_tpot_ms=args.slo_tpot_ms,
+            request=request_settings(args),
+        )
+    except ValidationError as exc:
+        raise UserError(one_line(exc)) from exc
+    source = load_source(settings.prompts, gsm8k_data=args.gsm8k_data)
+    out = args.out or default_out("sweep")
+    mode = out_mode(args)
+    previous = previous_summary(out, SweepSummary) if mode == "resume" else None
+    if previous is not None and previous.settings != settings:
+        raise UserError(f"--resume: {out} was swept with other settings; use --overwrite")
+    screen = console()
+    async with OpenAIClient(
+        args.url,
+        model=args.model,
+        settings=settings.request,
+        transport=args.transport,
+        max_connections=connections_for(settings),
+    ) as client:
+        info = await client.server_info()  # unreachable: one line, and no folder left behind
+        if previous is not None and (previous.base_url, previous.model) != (
+            client.base_url,
+            info.model,
+        ):
+            raise UserError(
+                f"--resume: {out} measured {previous.model} at {previous.base_url}, "
+                f"not {info.model} at {client.base_url}"
+            )
+        aside = prepare_out(out, mode)
+        if aside:
+            screen.print(f"earlier results moved to {aside}")
+        writer = ResultWriter(out)
+        if previous is not None:
+            done = {(c.shape, c.concurrency) for c in previous.cells}
+            moved = writer.set_aside(REQUESTS_FILE, lambda row: _in_cells(row, done))
+            moved += writer.set_aside(VLLM_EXPORT_FILE, lambda row: _in_cells(row, done))
+            if moved:
+                screen.print(f"set aside {moved} line(s) of the cell that was interrupted")
+        total = count_requests(settings) if settings.mode == "burst" else None
+        rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
+        try:
+            with (
+                progress_bar(total, "sweep") as advance,
+                ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
+            ):
+                rows.job_id = "sweep"
+                summary = await run_sweep(
+                    client,
+                    settings,
+                    writer,
+                    progress=advance,
+                    source=source,
+                    server_metrics=server_metrics,
+                    previous=previous,
+                )
+        finally:
+            rows.close()
+    write_standalone(out, "sweep", summary.base_url, [summary.model], settings)
+    if settings.mode == "rate":
+        from cli.rate_table import rate_table
+
+        screen.print(rate_table(summary))
+    else:
+        print_tables(screen, sweep_tables(report_of([out])))
+    screen.print(f"results: {out}")
+    lost = summary.counts["failed"] + summary.counts.get("partial", 0)
+    return 0 if lost == 0 else 1
+
+
+def _in_cells(row: dict[str, object], done: set[tuple[str, int]]) -> bool:
+    """Whether a requests.jsonl / vllm export line belongs to a finished cell."""
+    label = str(row.get("label", ""))
+    if label == "calibration":
+        return True
+    if label.startswith("bench:"):  # vllm export: one line per measured window
+        return (label[len("bench:") :], row.get("max_concurrency")) in done
+    shape, _, rest = label.partition("/c")
+    level = rest.split("/", 1)[0]
+    return level.isdigit() and (shape, int(level)) in done
+
