@@ -120,7 +120,7 @@ def install_engine(
     bin_dir.mkdir(parents=True, exist_ok=True)
     log_path = folder / "install.log"
     started = time.monotonic()
-    steps = render_install(recipe, gpu_cc, bin_dir=bin_dir)
+    steps = render_install(recipe, gpu_cc, bin_dir=bin_dir, install_dir=folder)
     if not any(step.kind == "pip" for step in steps):
         python = Path(sys.executable)
         ran, skipped = _run_steps(
@@ -189,7 +189,12 @@ def _run_steps(
 ) -> tuple[int, int]:
     """Run the unstamped steps; stamps of pip/patch steps go in env_stamps, others in work."""
     steps = render_install(
-        recipe, gpu_cc, python=str(python), site_packages=site_packages, bin_dir=bin_dir
+        recipe,
+        gpu_cc,
+        python=str(python),
+        site_packages=site_packages,
+        bin_dir=bin_dir,
+        install_dir=log_path.parent,
     )
     ran = skipped = 0
     for index, step in enumerate(steps):
