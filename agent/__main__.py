@@ -235,10 +235,12 @@ CLOUD_INIT_LOG = Path("/var/log/cloud-init-output.log")
 
 
 def _collect_logs(work_dir: Path, dest: Path, *, secrets: list[str]) -> None:
-    """Copy the agent log, each engine's install.log and cloud-init's output into dest,
+    """Copy the agent log, each engine's install.log and build.log (llama.cpp's CMake output)
+    and cloud-init's output into dest, as `<engine>-install.log` and `<engine>-build.log`,
     with every secret value replaced (the agent log is redacted as written already)."""
     sources = [work_dir / "agent.log", CLOUD_INIT_LOG]
-    sources += sorted((work_dir / "engines").glob("*/install.log"))
+    engines = work_dir / "engines"
+    sources += sorted([*engines.glob("*/install.log"), *engines.glob("*/build.log")])
     dest.mkdir(parents=True, exist_ok=True)
     for source in sources:
         try:
@@ -247,7 +249,8 @@ def _collect_logs(work_dir: Path, dest: Path, *, secrets: list[str]) -> None:
             continue
         for secret in secrets:
             text = text.replace(secret, "***")
-        name = f"{source.parent.name}-install.log" if source.name == "install.log" else source.name
+        in_engine = source.parent.parent == engines
+        name = f"{source.parent.name}-{source.name}" if in_engine else source.name
         (dest / name).write_text(text)
 
 

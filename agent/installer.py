@@ -120,7 +120,7 @@ def install_engine(
     bin_dir.mkdir(parents=True, exist_ok=True)
     log_path = folder / "install.log"
     started = time.monotonic()
-    steps = render_install(recipe, gpu_cc, bin_dir=bin_dir)
+    steps = render_install(recipe, gpu_cc, bin_dir=bin_dir, install_dir=folder)
     if not any(step.kind == "pip" for step in steps):
         python = Path(sys.executable)
         ran, skipped = _run_steps(
@@ -189,7 +189,12 @@ def _run_steps(
 ) -> tuple[int, int]:
     """Run the unstamped steps; stamps of pip/patch steps go in env_stamps, others in work."""
     steps = render_install(
-        recipe, gpu_cc, python=str(python), site_packages=site_packages, bin_dir=bin_dir
+        recipe,
+        gpu_cc,
+        python=str(python),
+        site_packages=site_packages,
+        bin_dir=bin_dir,
+        install_dir=log_path.parent,
     )
     ran = skipped = 0
     for index, step in enumerate(steps):
@@ -234,7 +239,13 @@ def _run(
         except OSError as exc:
             log_tail = tail(log_path, LOG_TAIL_LINES)
             raise EngineInstallError(engine, name, str(exc), log_tail) from exc
-        returncode = _wait(process, started, should_stop)
+        try:
+            returncode = _wait(process, started, should_stop)
+        finally:
+            # However the wait ended (the step exited, a stop, an exception in this process),
+            # nothing the step started outlives it: a leftover compiler or pip would load
+            # the machine while later jobs measure.
+            _end_group(process)
         elapsed = time.monotonic() - started
         handle.write(f"{time.strftime('%H:%M:%S')} END {name} rc={returncode} {elapsed:.1f}s\n")
     if returncode == _STOPPED:
@@ -268,12 +279,25 @@ def _wait(
             pass
         stop = should_stop()
         if stop or time.monotonic() - started > STEP_TIMEOUT_S:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
+            _end_group(process)
             return _STOPPED if stop else _TIMED_OUT
+
+
+_TERM_GRACE_S = 10.0
+
+
+def _end_group(process: subprocess.Popen[bytes]) -> None:
+    """End the step's process group: SIGTERM while its leader runs, then SIGKILL the rest.
+
+    The leader is the group's id (`start_new_session`); after it exits, what it left in
+    the group (a build's children, a daemon a step should not have started) is killed at once.
+    """
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=_TERM_GRACE_S)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        process.wait(timeout=_TERM_GRACE_S)

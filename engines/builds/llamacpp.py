@@ -1,8 +1,10 @@
 """llama.cpp's `llama-server`, built from the source PyPI's llama-cpp-python sdist vendors.
 
-This module owns that build: the pinned sdist (version and sha256), the CMake flags
-(CPU, or CUDA for one compute capability), the cache layout, the lock that keeps two
-processes from building at once, the build log, and the build id the manifest records.
+This module owns that build: the CMake flags (CPU, or CUDA for one compute capability), the
+cache layout, the lock that keeps two processes from building at once, and the build id the
+manifest records. The pinned source is `llamacpp_source`'s; how each step runs and logs is
+`llamacpp_steps`'s. `python -m engines.builds.llamacpp --copy-log FILE` (the recipe's install
+step) leaves a copy of the build log in the engine's install folder, built, reused or failed.
 
 Cache layout, under `${BENCH_CACHE_DIR:-~/.cache/llm-serving-bench}/llama.cpp/`:
 
@@ -14,7 +16,8 @@ Cache layout, under `${BENCH_CACHE_DIR:-~/.cache/llm-serving-bench}/llama.cpp/`:
     <key>/build.json                           the stamp: written last, read by the fast path
     <key>/.lock                                flock, held while building
 
-`LLAMA_SERVER_BIN` in the environment skips all of it and describes that binary instead.
+`LLAMA_SERVER_BIN` in the environment skips all of it and describes that binary instead (its
+build log is the one beside it when it is a binary of this cache).
 `LLAMA_CPP_SOURCE_DIR` builds from an already extracted tree of the pinned commit instead of
 downloading the sdist (for machines that reach no package registry).
 """
@@ -30,29 +33,51 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from contract.errors import BenchError
-from contract.files import LockTimeout, locked, sha256_file, tail
+from contract.files import sha256_file
+from engines.builds.llamacpp_source import (
+    DOWNLOAD_TIMEOUT_S,
+    LLAMA_CPP_BUILD_NUMBER,
+    LLAMA_CPP_COMMIT,
+    LLAMA_CPP_PYTHON_SDIST_SHA256,
+    LLAMA_CPP_PYTHON_VERSION,
+    SOURCE_DIR_ENV,
+    download_sdist,
+    extract_vendor,
+    use_source_dir,
+)
+from engines.builds.llamacpp_steps import (
+    LlamaCppBuildError,
+    StepLog,
+    copy_log,
+    file_lock,
+)
+
+__all__ = [
+    "LLAMA_CPP_BUILD_NUMBER",
+    "LLAMA_CPP_COMMIT",
+    "LLAMA_CPP_PYTHON_SDIST_SHA256",
+    "LLAMA_CPP_PYTHON_VERSION",
+    "LlamaCppBuild",
+    "LlamaCppBuildError",
+    "cache_key",
+    "cmake_flags_for",
+    "default_cache_root",
+    "ensure_llama_server",
+    "normalize_cuda_arch",
+    "parse_version_text",
+    "sha256_file",
+]
 
 log = logging.getLogger(__name__)
 
-LLAMA_CPP_PYTHON_VERSION = "0.3.36"
-# Pinned so that a changed upload on the index (or a proxy) cannot change what we build.
-LLAMA_CPP_PYTHON_SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-# The llama.cpp commit that sdist vendors (its submodule HEAD; checked at extraction) and
-# upstream's build number for it (release tag b11312). The sdist ships a depth-1 clone, so
-# the number cannot be counted from the source: it is pinned beside the version.
-LLAMA_CPP_COMMIT = "0c1e57098bba43ac29e6e3b677cdceebdd22334f"
-LLAMA_CPP_BUILD_NUMBER = 11312
 # What `llama-server --version` reports. Set explicitly: CMake's own git probe would find
 # no history and report build 1, which reads like a real (and very old) build.
 BUILD_INFO_FLAGS: tuple[str, ...] = (
@@ -61,19 +86,13 @@ BUILD_INFO_FLAGS: tuple[str, ...] = (
 )
 
 STAMP_NAME = "build.json"
-# Left in every extracted tree, naming its commit; lets `LLAMA_CPP_SOURCE_DIR` reuse a tree
-# on a machine that cannot download the sdist (the GPU check machine, an offline host).
-SOURCE_COMMIT_FILE = ".bench-llama-cpp-commit"
-SOURCE_DIR_ENV = "LLAMA_CPP_SOURCE_DIR"
 LOG_NAME = "build.log"
 BINARY_NAME = "llama-server"
 
-DOWNLOAD_TIMEOUT_S = 900
 CONFIGURE_TIMEOUT_S = 900
 # A CUDA build for one architecture on a small machine can take most of an hour.
 BUILD_TIMEOUT_S = 3 * 3600
 LOCK_TIMEOUT_S = BUILD_TIMEOUT_S + CONFIGURE_TIMEOUT_S + DOWNLOAD_TIMEOUT_S
-LOG_TAIL_LINES = 40
 
 # Flags every build shares: only the server and what it links, nothing fetched at build
 # time (the web UI would otherwise be downloaded from a model hub), a self-contained
@@ -96,9 +115,6 @@ BASE_CMAKE_FLAGS: tuple[str, ...] = (
     "-DLLAMA_OPENSSL=OFF",
 )
 
-
-class LlamaCppBuildError(BenchError, RuntimeError):
-    """A step of the llama.cpp build failed; the message carries the build log's tail."""
 
 
 @dataclass(frozen=True)
@@ -209,80 +225,6 @@ def cache_key(version: str, flags: tuple[str, ...], backend: str) -> str:
 
 
 
-def _log_tail(path: Path) -> str:
-    return tail(path, LOG_TAIL_LINES, unreadable="(no log)")
-
-
-class _StepLog:
-    """START/END lines with time stamps, to the logger and to the build log file."""
-
-    def __init__(self, log_path: Path) -> None:
-        self.log_path = log_path
-
-    def _write(self, line: str) -> None:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        with self.log_path.open("a") as f:
-            f.write(f"[{stamp}] {line}\n")
-        log.info("%s", line)
-
-    @contextlib.contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        self._write(f"START {name}")
-        t0 = time.monotonic()
-        try:
-            yield
-        except BaseException:
-            self._write(f"FAIL {name} {time.monotonic() - t0:.1f}s")
-            raise
-        self._write(f"END {name} {time.monotonic() - t0:.1f}s")
-
-    def run(self, name: str, argv: list[str], *, timeout_s: float, cwd: Path | None = None) -> None:
-        """Run one command with its output appended to the build log; raise with the tail."""
-        with self.log_path.open("a") as out:
-            out.write(f"$ {' '.join(argv)}\n")
-            out.flush()
-            try:
-                proc = subprocess.run(
-                    argv,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    cwd=cwd,
-                    timeout=timeout_s,
-                    check=False,
-                    stdin=subprocess.DEVNULL,
-                )
-            except subprocess.TimeoutExpired as e:
-                raise LlamaCppBuildError(
-                    f"llama.cpp build step {name!r} timed out after {timeout_s:.0f}s; "
-                    f"last lines of {self.log_path}:\n{_log_tail(self.log_path)}"
-                ) from e
-            except OSError as e:
-                raise LlamaCppBuildError(
-                    f"llama.cpp build step {name!r}: cannot run {argv[0]}: {e}"
-                ) from e
-        if proc.returncode != 0:
-            raise LlamaCppBuildError(
-                f"llama.cpp build step {name!r} failed (exit {proc.returncode}); "
-                f"last lines of {self.log_path}:\n{_log_tail(self.log_path)}"
-            )
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path, timeout_s: float) -> Iterator[None]:
-    """An exclusive lock, waited for at most timeout_s (another process may be building)."""
-
-    def waiting() -> None:
-        log.info("waiting for another process building in %s", path.parent)
-
-    try:
-        with locked(path, timeout_s, on_wait=waiting):
-            yield
-    except LockTimeout:
-        raise LlamaCppBuildError(
-            f"llama.cpp build lock {path} still held after {timeout_s:.0f}s"
-        ) from None
-
-
 def _read_version_text(binary: Path) -> str:
     """The first 'version:' line `llama-server --version` prints (on stderr)."""
     try:
@@ -319,116 +261,6 @@ def _load_stamp(key_dir: Path, flags: tuple[str, ...]) -> LlamaCppBuild | None:
         log.warning("llama-server at %s does not match its stamp; rebuilding", build.binary)
         return None
     return build
-
-
-def _download_sdist(sdist_dir: Path, steps: _StepLog) -> Path:
-    sdist = sdist_dir / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
-    if sdist.is_file() and sha256_file(sdist) == LLAMA_CPP_PYTHON_SDIST_SHA256:
-        return sdist
-    sdist_dir.mkdir(parents=True, exist_ok=True)
-    with steps.step("download-sdist"), tempfile.TemporaryDirectory(dir=sdist_dir) as tmp:
-        steps.run(
-            "download-sdist",
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                "--disable-pip-version-check",
-                "-d",
-                tmp,
-                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
-            ],
-            timeout_s=DOWNLOAD_TIMEOUT_S,
-        )
-        got = sorted(Path(tmp).glob("llama_cpp_python-*.tar.gz"))
-        if not got:
-            raise LlamaCppBuildError(f"pip download left no llama_cpp_python sdist in {tmp}")
-        digest = sha256_file(got[0])
-        if digest != LLAMA_CPP_PYTHON_SDIST_SHA256:
-            raise LlamaCppBuildError(
-                f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist sha256 {digest} "
-                f"!= pinned {LLAMA_CPP_PYTHON_SDIST_SHA256}"
-            )
-        got[0].replace(sdist)
-    return sdist
-
-
-def _extract_vendor(sdist: Path, src_dir: Path, steps: _StepLog) -> None:
-    """Extract vendor/llama.cpp and check that it is the pinned commit.
-
-    The sdist carries the submodule's git HEAD (not its history); the CHANGELOG's entry
-    for the release names the commit too, as a fallback. File times come from the
-    archive, so re-extracting does not make an existing build tree out of date.
-    """
-    with steps.step("extract"):
-        if src_dir.exists():
-            shutil.rmtree(src_dir)
-        src_dir.mkdir(parents=True)
-        commit: str | None = None
-        with tarfile.open(sdist, "r:gz") as tar:
-            members = tar.getmembers()
-            top = members[0].name.split("/", 1)[0]
-            vendor_prefix = f"{top}/vendor/llama.cpp/"
-            gitdir = f"{top}/.git/modules/vendor/llama.cpp/"
-            wanted = []
-            for m in members:
-                if m.name.startswith(vendor_prefix):
-                    m.name = m.name[len(vendor_prefix) :]
-                    if m.name and m.name != ".git":
-                        wanted.append(m)
-                elif m.name == gitdir + "HEAD":
-                    fobj = tar.extractfile(m)
-                    if fobj is not None:
-                        commit = fobj.read().decode().strip() or None
-            if not wanted:
-                raise LlamaCppBuildError(f"{sdist} has no vendor/llama.cpp")
-            tar.extractall(src_dir, members=wanted, filter="data")
-        if commit is None or not re.fullmatch(r"[0-9a-f]{40}", commit):
-            commit = _commit_from_changelog(sdist)
-        if commit is None or not LLAMA_CPP_COMMIT.startswith(commit):
-            raise LlamaCppBuildError(
-                f"llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} vendors llama.cpp {commit}, "
-                f"not the pinned {LLAMA_CPP_COMMIT}"
-            )
-        (src_dir / SOURCE_COMMIT_FILE).write_text(LLAMA_CPP_COMMIT + "\n")
-        log.info("vendored llama.cpp commit %s (b%d)", LLAMA_CPP_COMMIT, LLAMA_CPP_BUILD_NUMBER)
-
-
-def _use_source_dir(source_dir: Path, src_dir: Path, steps: _StepLog) -> None:
-    """Build from an already extracted tree (a machine with no registry access).
-
-    The tree must be the pinned commit: `_extract_vendor` leaves SOURCE_COMMIT_FILE in
-    every tree it extracts, and a tree without it, or with another commit, is refused.
-    """
-    with steps.step("use-source-dir"):
-        marker = source_dir / SOURCE_COMMIT_FILE
-        commit = marker.read_text().strip() if marker.is_file() else None
-        if commit != LLAMA_CPP_COMMIT:
-            raise LlamaCppBuildError(
-                f"{source_dir} holds llama.cpp {commit or 'of unknown commit'}, "
-                f"not the pinned {LLAMA_CPP_COMMIT}"
-            )
-        if src_dir.exists():
-            shutil.rmtree(src_dir)
-        shutil.copytree(source_dir, src_dir, symlinks=True)
-
-
-def _commit_from_changelog(sdist: Path) -> str | None:
-    """Fallback: the sdist's CHANGELOG names the llama.cpp commit of each release."""
-    with tarfile.open(sdist, "r:gz") as tar:
-        for m in tar.getmembers():
-            if m.name.endswith("/CHANGELOG.md") and m.name.count("/") == 1:
-                fobj = tar.extractfile(m)
-                text = fobj.read().decode(errors="replace") if fobj else ""
-                after = text.split(f"## [{LLAMA_CPP_PYTHON_VERSION}]", 1)[-1]
-                section = after.split("\n## [", 1)[0]
-                found = re.search(r"llama\.cpp@([0-9a-f]{7,40})", section)
-                return found.group(1) if found else None
-    return None
 
 
 def parse_version_text(text: str) -> tuple[str | None, int | None]:
@@ -478,24 +310,40 @@ def ensure_llama_server(
         log.info("LLAMA_SERVER_BIN set: using %s", override)
         return _describe_external(Path(override))
 
-    backend_flags, backend = cmake_flags_for(cuda_arch)
-    root = (cache_root or default_cache_root()) / "llama.cpp"
-    # The key leaves out the build-info flags (they follow from the version); the stamp
-    # compares every flag, so a change there rebuilds in place, incrementally.
-    key_dir = root / cache_key(LLAMA_CPP_PYTHON_VERSION, backend_flags, backend)
-    flags = (*backend_flags, *BUILD_INFO_FLAGS)
-
+    root, key_dir, flags, backend = _cache_slot(cuda_arch, cache_root)
     cached = _load_stamp(key_dir, flags)
     if cached is not None:
         return cached
 
     key_dir.mkdir(parents=True, exist_ok=True)
-    with _file_lock(key_dir / ".lock", LOCK_TIMEOUT_S):
+    with file_lock(key_dir / ".lock", LOCK_TIMEOUT_S):
         # Another process may have finished the build while this one waited.
         cached = _load_stamp(key_dir, flags)
         if cached is not None:
             return cached
         return _build(key_dir, root / "sdist", flags, backend, jobs)
+
+
+def _cache_slot(
+    cuda_arch: str | None, cache_root: Path | None
+) -> tuple[Path, Path, tuple[str, ...], str]:
+    """The cache root, the key's folder, every CMake flag and the backend of one build."""
+    backend_flags, backend = cmake_flags_for(cuda_arch)
+    root = (cache_root or default_cache_root()) / "llama.cpp"
+    # The key leaves out the build-info flags (they follow from the version); the stamp
+    # compares every flag, so a change there rebuilds in place, incrementally.
+    key_dir = root / cache_key(LLAMA_CPP_PYTHON_VERSION, backend_flags, backend)
+    return root, key_dir, (*backend_flags, *BUILD_INFO_FLAGS), backend
+
+
+def build_log_path(*, cache_root: Path | None = None, cuda_arch: str | None = None) -> Path | None:
+    """The log of the build `ensure_llama_server` returns (or failed to make) for these
+    arguments; for `LLAMA_SERVER_BIN`, the log beside it when it is a binary of this cache."""
+    override = os.environ.get("LLAMA_SERVER_BIN")
+    if override:
+        beside = Path(override).resolve().parent.parent / LOG_NAME
+        return beside if beside.is_file() else None
+    return _cache_slot(cuda_arch, cache_root)[1] / LOG_NAME
 
 
 def _build(
@@ -504,7 +352,7 @@ def _build(
     log_path = key_dir / LOG_NAME
     log_path.write_text("")  # one log per build attempt; the previous one is superseded
     (key_dir / STAMP_NAME).unlink(missing_ok=True)
-    steps = _StepLog(log_path)
+    steps = StepLog(log_path)
     src_dir, build_dir, bin_dir = key_dir / "src", key_dir / "build", key_dir / "bin"
     log.info(
         "building llama-server %s (%s) in %s; log %s",
@@ -518,10 +366,10 @@ def _build(
     with steps.step(f"llama-server-build {backend}"):
         source_dir = os.environ.get(SOURCE_DIR_ENV)
         if source_dir:
-            _use_source_dir(Path(source_dir), src_dir, steps)
+            use_source_dir(Path(source_dir), src_dir, steps)
         else:
-            sdist = _download_sdist(sdist_dir, steps)
-            _extract_vendor(sdist, src_dir, steps)
+            sdist = download_sdist(sdist_dir, steps)
+            extract_vendor(sdist, src_dir, steps)
 
         generator = ["-G", "Ninja"] if shutil.which("ninja") else []
         configure = ["cmake", "-S", str(src_dir), "-B", str(build_dir), *generator, *flags]
@@ -611,6 +459,12 @@ def _main(argv: list[str] | None = None) -> int:
         default=None,
         help="also link the binary into this folder (a campaign's engine bin dir on PATH)",
     )
+    parser.add_argument(
+        "--copy-log",
+        type=Path,
+        default=None,
+        help="also copy the build log here, built, reused or failed (an engine's install folder)",
+    )
     parser.add_argument("--json", action="store_true", help="print the whole build record as JSON")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -618,6 +472,8 @@ def _main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # A stop (the installer ends this step's group) unwinds, so the compilers' group ends too.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         build = ensure_llama_server(
             cache_root=args.cache_root, jobs=args.jobs, cuda_arch=args.cuda_arch
@@ -625,6 +481,9 @@ def _main(argv: list[str] | None = None) -> int:
     except (LlamaCppBuildError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)  # noqa: T201 (CLI output)
         return 1
+    finally:
+        if args.copy_log is not None:
+            _copy_build_log(args.copy_log, args.cache_root, args.cuda_arch)
     if args.link_into is not None:
         args.link_into.mkdir(parents=True, exist_ok=True)
         link = args.link_into / BINARY_NAME
@@ -632,6 +491,19 @@ def _main(argv: list[str] | None = None) -> int:
         link.symlink_to(build.binary)
     print(json.dumps(build.to_dict(), indent=2) if args.json else build.binary)  # noqa: T201
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _copy_build_log(dest: Path, cache_root: Path | None, cuda_arch: str | None) -> None:
+    target = f"CUDA {cuda_arch}" if cuda_arch else "CPU"
+    try:
+        source = build_log_path(cache_root=cache_root, cuda_arch=cuda_arch)
+    except ValueError:  # a bad --cuda-arch, already reported
+        source = None
+    copy_log(source, dest, note=f"llama-server {LLAMA_CPP_PYTHON_VERSION} build for {target}")
 
 
 if __name__ == "__main__":

@@ -380,12 +380,14 @@ def render_install(
     python: str = "python3",
     site_packages: str | Path = "{site_packages}",
     bin_dir: str | Path = "{bin_dir}",
+    install_dir: str | Path = "{install_dir}",
 ) -> tuple[RenderedInstallStep, ...]:
     """The install steps for a GPU architecture, placeholders filled, patches last.
 
     `site_packages` is the engine environment's site-packages folder (where patch steps
-    apply); `bin_dir` is where built binaries are linked (on the servers' PATH); both left
-    as placeholders when not known yet.
+    apply); `bin_dir` is where built binaries are linked (on the servers' PATH);
+    `install_dir` is the engine's install folder (logs left there are uploaded); each left
+    as a placeholder when not known yet.
     """
     key, variant = _variant(recipe, gpu_cc)
     steps: list[InstallStep] = list(recipe.install)
@@ -404,6 +406,7 @@ def render_install(
         "cuda_arch": key.removeprefix("sm_") if key != "cpu" else "",
         "site_packages": str(site_packages),
         "bin_dir": str(bin_dir),
+        "install_dir": str(install_dir),
         "patch_dir": str(PATCH_DIR),
         "version": recipe.version,
     }

@@ -14,7 +14,8 @@ Placeholders: the serve template and drafter arguments use `{name}` for `model`,
 that is exactly "{name}" takes the placeholder's typed value (an int stays an int).
 Install steps use `{python}` (the engine's interpreter), `{bench_python}` (the project's),
 `{project}` (the project's source tree, for engines that are the project's own code),
-`{cuda_arch}`, `{site_packages}`, `{patch_dir}` and `{version}`.
+`{cuda_arch}`, `{site_packages}`, `{patch_dir}`, `{version}`, `{bin_dir}` (linked binaries, on
+the servers' PATH) and `{install_dir}` (the engine's install folder, whose logs are uploaded).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ INSTALL_PLACEHOLDERS = frozenset(
         "patch_dir",
         "version",
         "bin_dir",
+        "install_dir",
     }
 )
 _PLACEHOLDER_RE = re.compile(r"\{([a-z_]+)\}")

@@ -84,7 +84,9 @@ def test_logs_outside_the_shard_folder_go_into_it_redacted(tmp_path: Path):
     (work / "engines" / "llamacpp").mkdir(parents=True)
     (work / "agent.log").write_text("START agent\n")
     (work / "engines" / "llamacpp" / "install.log").write_text("cmake ... token hf_SECRET\n")
+    (work / "engines" / "llamacpp" / "build.log").write_text("-- CUDA found hf_SECRET\n")
     _collect_logs(work, tmp_path / "shard" / "logs", secrets=["hf_SECRET"])
     logs = tmp_path / "shard" / "logs"
     assert (logs / "agent.log").read_text() == "START agent\n"
     assert (logs / "llamacpp-install.log").read_text() == "cmake ... token ***\n"
+    assert (logs / "llamacpp-build.log").read_text() == "-- CUDA found ***\n"

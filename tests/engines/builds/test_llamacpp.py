@@ -23,6 +23,8 @@ from engines.builds.llamacpp import (
     parse_version_text,
     sha256_file,
 )
+from engines.builds.llamacpp_source import SOURCE_DIR_ENV
+from engines.builds.llamacpp_steps import StepLog, copy_log, file_lock
 
 
 @pytest.mark.slow
@@ -138,7 +140,7 @@ def test_parse_version_text() -> None:
 
 
 def test_failed_step_raises_with_log_tail(tmp_path: Path) -> None:
-    steps = llamacpp._StepLog(tmp_path / "build.log")
+    steps = StepLog(tmp_path / "build.log")
     script = "import sys; print('compiling...'); print('error: boom at line 7'); sys.exit(3)"
     with pytest.raises(LlamaCppBuildError) as err, steps.step("build"):
         steps.run("build", [sys.executable, "-c", script], timeout_s=60)
@@ -166,11 +168,97 @@ def test_lock_keeps_a_second_builder_waiting(tmp_path: Path) -> None:
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         t0 = time.monotonic()
-        with pytest.raises(LlamaCppBuildError, match="still held"), llamacpp._file_lock(lock, 1.5):
+        with pytest.raises(LlamaCppBuildError, match="still held"), file_lock(lock, 1.5):
             pass
         assert 1.4 < time.monotonic() - t0 < 5
     finally:
         holder.kill()
         holder.wait(timeout=10)
-    with llamacpp._file_lock(lock, 5):  # released with its holder
+    with file_lock(lock, 5):  # released with its holder
         pass
+
+
+def _gone(pid: int, within_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[-1].startswith("Z"):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_step_that_times_out_ends_its_whole_process_group(tmp_path: Path) -> None:
+    # cmake --build's compilers are its children: a timeout (or any exception in the
+    # builder) must end them too, not only the command it started.
+    pid_file = tmp_path / "compiler.pid"
+    steps = StepLog(tmp_path / "build.log")
+    script = f"sleep 300 & echo $! > {pid_file}; wait"
+    with pytest.raises(LlamaCppBuildError, match="timed out"):
+        steps.run("build", ["bash", "-c", script], timeout_s=2)
+    assert _gone(int(pid_file.read_text()))
+
+
+def test_the_build_log_is_copied_to_the_install_folder_even_when_the_build_fails(
+    tmp_path: Path,
+) -> None:
+    # An offline source tree of another commit: the build fails at its first step.
+    (tmp_path / "tree").mkdir()
+    copied = tmp_path / "engines" / "llamacpp" / "build.log"
+    env = {k: v for k, v in os.environ.items() if k != "LLAMA_SERVER_BIN"}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engines.builds.llamacpp",
+            "--cache-root",
+            str(tmp_path / "cache"),
+            "--copy-log",
+            str(copied),
+        ],
+        env={**env, SOURCE_DIR_ENV: str(tmp_path / "tree")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1 and "not the pinned" in result.stderr
+    text = copied.read_text()
+    assert text.startswith("# llama-server 0.3.36 build for CPU\n# build log ")
+    assert "START use-source-dir" in text and "FAIL use-source-dir" in text
+
+
+def test_a_huge_build_log_is_copied_as_its_tail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from engines.builds import llamacpp_steps
+
+    monkeypatch.setattr(llamacpp_steps, "LOG_COPY_MAX_BYTES", 100)
+    source = tmp_path / "build.log"
+    source.write_text("".join(f"[{i:03d}/500] Building CUDA object\n" for i in range(500)))
+    copy_log(source, tmp_path / "copy.log")
+    lines = (tmp_path / "copy.log").read_text().splitlines()
+    assert lines[-1] == "[499/500] Building CUDA object"
+    assert lines[1].startswith("# (its first ") and lines[2].startswith("[")
+    assert sum(1 for line in lines if not line.startswith("#")) < 5
+    copy_log(None, tmp_path / "none.log", note="llama-server external")
+    assert (tmp_path / "none.log").read_text() == (
+        "# llama-server external\n# no build log: the binary was not built here\n"
+    )
+
+
+@pytest.mark.slow
+def test_the_recipes_install_step_leaves_the_build_log_in_the_engines_folder(
+    llama_server_build: LlamaCppBuild, tmp_path: Path
+) -> None:
+    from agent.installer import install_engine
+    from engines.recipes.llamacpp import RECIPE
+
+    installed = install_engine(RECIPE, "cpu", tmp_path)
+    text = (installed.folder / "build.log").read_text()
+    assert text.startswith("# llama-server 0.3.36 build for CPU\n")
+    if llama_server_build.cache_dir is not None:  # built here, not LLAMA_SERVER_BIN's
+        assert "START configure" in text and "END build" in text
+    assert (installed.bin_dir / "llama-server").resolve() == llama_server_build.binary.resolve()

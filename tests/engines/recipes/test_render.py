@@ -156,17 +156,22 @@ def test_install_steps_per_gpu():
     assert mistral_t4[0].env == {"CUDA_COMPUTE_CAP": "75"}
     mistral_l4 = render_install(get_recipe("mistralrs"), "8.9")
     assert "cuda flash-attn" in mistral_l4[0].argv and mistral_l4[0].env["CUDA_COMPUTE_CAP"] == "89"
-    llama_cpu = render_install(get_recipe("llamacpp"), None, bin_dir="/bin")
-    assert llama_cpu[0].argv[1:] == ("-m", "engines.builds.llamacpp", "--link-into", "/bin")
+    llama_cpu = render_install(get_recipe("llamacpp"), None, bin_dir="/bin", install_dir="/e")
+    assert llama_cpu[0].argv[1:] == (
+        "-m", "engines.builds.llamacpp", "--link-into", "/bin", "--copy-log", "/e/build.log"
+    )  # fmt: skip
     llama_h200 = render_install(get_recipe("llamacpp"), "9.0", bin_dir="/bin")
-    assert llama_h200[0].argv[-4:] == ("--cuda-arch", "90", "--link-into", "/bin")
+    assert llama_h200[0].argv[-6:-2] == ("--cuda-arch", "90", "--link-into", "/bin")
     # Our engine: its own environment with torch and the project, editable from its tree.
     (own,) = render_install(get_recipe("pytorch"), None, python="/e/bin/python")
     assert own.kind == "pip" and own.argv[:4] == ("/e/bin/python", "-m", "pip", "install")
     assert own.argv[-2:] == ("--editable", f"{Path(__file__).resolve().parents[3]}[pytorch]")
     for recipe in RECIPES.values():
         for gpu in ("7.5", "8.9"):
-            for step in render_install(recipe, gpu, site_packages="/sp", bin_dir="/bin"):
+            rendered = render_install(
+                recipe, gpu, site_packages="/sp", bin_dir="/bin", install_dir="/e"
+            )
+            for step in rendered:
                 assert not any(PLACEHOLDER.search(a) for a in step.argv), step
 
 
