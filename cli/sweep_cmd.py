@@ -20,6 +20,7 @@ from cli.standalone import (
     request_settings,
     write_standalone,
 )
+from contract.results import in_cells
 
 if TYPE_CHECKING:
     from contract.suite import Shape
@@ -106,9 +107,9 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
             screen.print(f"earlier results moved to {aside}")
         writer = ResultWriter(out)
         if previous is not None:
-            done = {(c.shape, c.concurrency) for c in previous.cells}
-            moved = writer.set_aside(REQUESTS_FILE, lambda row: _in_cells(row, done))
-            moved += writer.set_aside(VLLM_EXPORT_FILE, lambda row: _in_cells(row, done))
+            done = {cell.label for cell in previous.cells}
+            moved = writer.set_aside(REQUESTS_FILE, lambda row: _in_done(row, done))
+            moved += writer.set_aside(VLLM_EXPORT_FILE, lambda row: _in_done(row, done))
             if moved:
                 screen.print(f"set aside {moved} line(s) of the cell that was interrupted")
         total = count_requests(settings) if settings.mode == "burst" else None
@@ -142,14 +143,6 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
     return 0 if lost == 0 else 1
 
 
-def _in_cells(row: dict[str, object], done: set[tuple[str, int]]) -> bool:
-    """Whether a requests.jsonl / vllm export line belongs to a finished cell."""
-    label = str(row.get("label", ""))
-    if label == "calibration":
-        return True
-    if label.startswith("bench:"):  # vllm export: one line per measured window
-        return (label[len("bench:") :], row.get("max_concurrency")) in done
-    shape, _, rest = label.partition("/c")
-    level = rest.split("/", 1)[0]
-    return level.isdigit() and (shape, int(level)) in done
-
+def _in_done(row: dict[str, object], done: set[str]) -> bool:
+    """Whether a requests.jsonl / vLLM export line belongs to a finished cell."""
+    return in_cells(str(row.get("label", "")), done)
