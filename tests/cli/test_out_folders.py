@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.results import RequestRecord, SweepSummary
+from contract.results import ProbeSummary, RequestRecord, SweepSummary
 from refserver.harness import ReferenceServer, reference_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -146,6 +147,51 @@ def test_a_rate_sweep_killed_in_its_second_cell_resumes_without_mixing(
     exported = export_labels(out)
     assert exported == ["bench:in64-out8/rate8"] * 2 + ["bench:in64-out8/rate16"] * 2
     assert export_labels(out, "interrupted.") == ["bench:in64-out8/rate16"]
+
+
+def test_an_interrupted_probe_resumes_with_what_it_had_finished(tmp_path: Path):
+    out = tmp_path / "p"
+    flags = ["--output-tokens", "16", "--repeats", "2", "--at-once", "3", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
+    with reference_server(ttft_ms=5, itl_ms=15) as slow:
+        with subprocess.Popen(
+            [BENCH, "probe", slow.url, *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as probe:
+            # Ctrl-C once three requests are on disk, as a user stops a probe.
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and probe.poll() is None:
+                if (out / "requests.jsonl").exists() and len(request_ids(out)) >= 3:
+                    break
+                time.sleep(0.02)
+            probe.send_signal(signal.SIGINT)
+            _, stderr = probe.communicate(timeout=60)
+        assert probe.returncode == 130, stderr
+        assert "interrupted; results written so far are kept" in stderr
+        first = ProbeSummary.model_validate_json((out / "summary.json").read_text())
+        assert first.finished_unix_s is None
+        kept = (out / "requests.jsonl").read_text().splitlines()
+        assert 3 <= len(kept) < 12
+
+        other = bench("probe", slow.url, *flags[:-2], "--repeats", "1", "--out", str(out))
+        assert other.returncode == 2 and "already holds results" in other.stderr
+        result = bench("probe", slow.url, *flags, "--resume")
+        assert result.returncode == 0, result.stderr
+        assert f"resuming: {len(kept)} of 15 request(s) kept" in result.stdout
+        done = ProbeSummary.model_validate_json((out / "summary.json").read_text())
+        assert done.finished_unix_s is not None and done.started_unix_s == first.started_unix_s
+        assert done.requests_failed == 0 and [p.repeats_ok for p in done.prompts] == [2] * 6
+        lines = (out / "requests.jsonl").read_text().splitlines()
+        assert lines[: len(kept)] == kept, "the finished requests are kept as they were"
+        ids = request_ids(out)
+        assert len(ids) == len(set(ids)) == 15, "every request once"
+
+        again = bench("probe", slow.url, *flags, "--resume")
+    assert again.returncode == 0 and "already complete" in again.stdout
+    assert (out / "requests.jsonl").read_text().splitlines() == lines
 
 
 def test_resume_needs_results(server: ReferenceServer, tmp_path: Path):
