@@ -4,7 +4,9 @@ moved aside as the user chose. Runs are never mixed in one folder and nothing is
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -12,7 +14,14 @@ from contract.errors import BenchError
 from contract.jobs import MANIFEST_FILE
 from contract.results import REQUESTS_FILE, SUMMARY_FILE
 
-__all__ = ["OutFolderError", "OutMode", "holds_results", "move_aside", "prepare_out"]
+__all__ = [
+    "OutFolderError",
+    "OutMode",
+    "holds_results",
+    "move_aside",
+    "nothing_left_unless_measured",
+    "prepare_out",
+]
 
 OutMode = Literal["new", "resume", "overwrite"]
 _RESULT_FILES = (SUMMARY_FILE, REQUESTS_FILE, MANIFEST_FILE)
@@ -54,3 +63,32 @@ def prepare_out(folder: Path, mode: OutMode, *, flag: str = "--out") -> Path | N
     if mode == "overwrite" and folder.exists():
         return move_aside(folder)
     return None
+
+
+@contextlib.contextmanager
+def nothing_left_unless_measured(
+    folder: Path, aside: Path | None, *, say: Callable[[str], None], unmeasured: tuple[str, ...]
+) -> Iterator[None]:
+    """Run the block that fills `folder`; if it fails before anything was measured (no
+    summary, no request line), leave no folder behind and put back what `aside` holds.
+
+    Only a folder the block created is removed, and only when it holds nothing but the
+    `unmeasured` files (side files such as the server's /metrics readings).
+    """
+    created = not folder.exists()
+    try:
+        yield
+    except BaseException:
+        if created and not holds_results(folder):
+            _remove(folder, unmeasured)
+            if aside is not None and not folder.exists():
+                aside.rename(folder)
+                say(f"nothing measured: earlier results moved back to {folder}")
+        raise
+
+
+def _remove(folder: Path, unmeasured: tuple[str, ...]) -> None:
+    for name in unmeasured:
+        (folder / name).unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # anything else in it: kept, and the folder with it
+        folder.rmdir()

@@ -5,11 +5,24 @@ finishes an interrupted sweep cell by cell.
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from pydantic import ValidationError
+from rich.console import Console
 
+from agent.loadgen.arrivals import connections_for
+from agent.loadgen.client import OpenAIClient
+from agent.loadgen.sweep import count_requests, run_sweep
+from agent.loadgen.text_sources import TextSource, load_source
+from agent.results import ResultWriter
+from agent.telemetry.server_metrics import (
+    SERVER_METRICS_FILE,
+    ServerMetricsCsv,
+    ServerMetricsPoller,
+)
+from cli.outdir import nothing_left_unless_measured, prepare_out
 from cli.parser import out_mode
+from cli.rate_table import rate_table
 from cli.standalone import (
     UserError,
     console,
@@ -20,16 +33,14 @@ from cli.standalone import (
     request_settings,
     write_standalone,
 )
-
-if TYPE_CHECKING:
-    from contract.suite import Shape
+from contract.results import REQUESTS_FILE, VLLM_EXPORT_FILE, SweepSummary, in_cells
+from contract.suite import Shape, SweepSettings
+from report.console import print_tables, report_of, sweep_tables
 
 __all__ = ["run_sweep_command"]
 
 
 def parse_shapes(text: str) -> tuple[Shape, ...]:
-    from contract.suite import Shape
-
     try:
         shapes = tuple(Shape.parse(s) for s in text.split(",") if s.strip())
     except ValueError as exc:
@@ -40,21 +51,6 @@ def parse_shapes(text: str) -> tuple[Shape, ...]:
 
 
 async def run_sweep_command(args: argparse.Namespace) -> int:
-    from agent.loadgen.arrivals import connections_for
-    from agent.loadgen.client import OpenAIClient
-    from agent.loadgen.sweep import count_requests, run_sweep
-    from agent.loadgen.text_sources import load_source
-    from agent.results import ResultWriter
-    from agent.telemetry.server_metrics import (
-        SERVER_METRICS_FILE,
-        ServerMetricsCsv,
-        ServerMetricsPoller,
-    )
-    from cli.outdir import prepare_out
-    from contract.results import REQUESTS_FILE, VLLM_EXPORT_FILE, SweepSummary
-    from contract.suite import SweepSettings
-    from report.console import print_tables, report_of, sweep_tables
-
     if (args.mode == "rate") != bool(args.rates):
         raise UserError("--rates goes with --mode rate, and --mode rate needs --rates")
     try:
@@ -104,36 +100,12 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
         aside = prepare_out(out, mode)
         if aside:
             screen.print(f"earlier results moved to {aside}")
-        writer = ResultWriter(out)
-        if previous is not None:
-            done = {(c.shape, c.concurrency) for c in previous.cells}
-            moved = writer.set_aside(REQUESTS_FILE, lambda row: _in_cells(row, done))
-            moved += writer.set_aside(VLLM_EXPORT_FILE, lambda row: _in_cells(row, done))
-            if moved:
-                screen.print(f"set aside {moved} line(s) of the cell that was interrupted")
-        total = count_requests(settings) if settings.mode == "burst" else None
-        rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
-        try:
-            with (
-                progress_bar(total, "sweep") as advance,
-                ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
-            ):
-                rows.job_id = "sweep"
-                summary = await run_sweep(
-                    client,
-                    settings,
-                    writer,
-                    progress=advance,
-                    source=source,
-                    server_metrics=server_metrics,
-                    previous=previous,
-                )
-        finally:
-            rows.close()
+        with nothing_left_unless_measured(
+            out, aside, say=screen.print, unmeasured=(SERVER_METRICS_FILE,)
+        ):
+            summary = await _measure(client, settings, out, previous, source, screen)
     write_standalone(out, "sweep", summary.base_url, [summary.model], settings)
     if settings.mode == "rate":
-        from cli.rate_table import rate_table
-
         screen.print(rate_table(summary))
     else:
         print_tables(screen, sweep_tables(report_of([out])))
@@ -142,14 +114,44 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
     return 0 if lost == 0 else 1
 
 
-def _in_cells(row: dict[str, object], done: set[tuple[str, int]]) -> bool:
-    """Whether a requests.jsonl / vllm export line belongs to a finished cell."""
-    label = str(row.get("label", ""))
-    if label == "calibration":
-        return True
-    if label.startswith("bench:"):  # vllm export: one line per measured window
-        return (label[len("bench:") :], row.get("max_concurrency")) in done
-    shape, _, rest = label.partition("/c")
-    level = rest.split("/", 1)[0]
-    return level.isdigit() and (shape, int(level)) in done
+async def _measure(
+    client: OpenAIClient,
+    settings: SweepSettings,
+    out: Path,
+    previous: SweepSummary | None,
+    source: TextSource | None,
+    screen: Console,
+) -> SweepSummary:
+    """Run (or finish) the sweep into `out`, the server's /metrics polled beside it."""
+    writer = ResultWriter(out)
+    if previous is not None:
+        done = {cell.label for cell in previous.cells}
+        moved = writer.set_aside(REQUESTS_FILE, lambda row: _in_done(row, done))
+        moved += writer.set_aside(VLLM_EXPORT_FILE, lambda row: _in_done(row, done))
+        if moved:
+            screen.print(f"set aside {moved} line(s) of the cell that was interrupted")
+    total = count_requests(settings) if settings.mode == "burst" else None
+    rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
+    try:
+        with (
+            progress_bar(total, "sweep") as advance,
+            ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
+        ):
+            rows.job_id = "sweep"
+            summary = await run_sweep(
+                client,
+                settings,
+                writer,
+                progress=advance,
+                source=source,
+                server_metrics=server_metrics,
+                previous=previous,
+            )
+    finally:
+        rows.close()
+    return summary
 
+
+def _in_done(row: dict[str, object], done: set[str]) -> bool:
+    """Whether a requests.jsonl / vLLM export line belongs to a finished cell."""
+    return in_cells(str(row.get("label", "")), done)

@@ -9,6 +9,7 @@ here computes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Literal
 
 from pydantic import Field
@@ -18,6 +19,7 @@ from contract.suite import ProbeSettings, PromptCalibration, SweepMode, SweepSet
 
 __all__ = [
     "DONE_FILE",
+    "EXPORT_LABEL_PREFIX",
     "REQUESTS_FILE",
     "SUMMARY_FILE",
     "VLLM_EXPORT_FILE",
@@ -33,6 +35,9 @@ __all__ = [
     "ServerCounters",
     "SweepSummary",
     "WindowStats",
+    "cell_label",
+    "in_cells",
+    "window_label",
 ]
 
 # Files of one job folder (results/<campaign>/jobs/<job>/), as docs/DESIGN.md lays them out.
@@ -46,6 +51,33 @@ DONE_FILE = "done"
 CellStatus = Literal["ok", "partial", "infeasible", "failed"]
 ForcedOutput = Literal["ignore_eos", "min_tokens"]
 ChunkTokenSource = Literal["continuous_usage", "one_per_chunk", "proportional_to_text", "none"]
+
+
+# A vLLM-format export line (VLLM_EXPORT_FILE) carries its cell's label after this prefix.
+EXPORT_LABEL_PREFIX = "bench:"
+
+
+def cell_label(shape: str, concurrency: int, request_rate: float | None) -> str:
+    """What a cell's request labels start with: `in512-out128/c8`, or `in512-out128/rate2`
+    in rate mode. Its windows add `/r<repeat>` (or `/warmup`); its export lines carry it
+    after EXPORT_LABEL_PREFIX. Written once, so a resume and a report find a cell's lines by
+    the same key the summary's cells use: (shape, concurrency, request_rate).
+    """
+    point = f"c{concurrency}" if request_rate is None else f"rate{request_rate:g}"
+    return f"{shape}/{point}"
+
+
+def window_label(cell: str, repeat: int) -> str:
+    """The label of the requests of window `repeat` of cell `cell`; -1 is the warm-up."""
+    return f"{cell}/" + ("warmup" if repeat < 0 else f"r{repeat}")
+
+
+def in_cells(label: str, cells: Collection[str]) -> bool:
+    """Whether a request line or an export line labelled `label` belongs to one of `cells`
+    (cell labels, as cell_label makes them).
+    """
+    label = label.removeprefix(EXPORT_LABEL_PREFIX)
+    return label in cells or label.rpartition("/")[0] in cells
 
 
 class _Record(FrozenModel):
@@ -219,6 +251,15 @@ class CellResult(_Record):
     aggregate_output_tok_s_max: float | None = None
     ttft_ms_p50_median: float | None = None
     tpot_ms_p50_median: float | None = None
+
+    @property
+    def label(self) -> str:
+        """What its requests' labels start with (cell_label)."""
+        return cell_label(self.shape, self.concurrency, self.request_rate)
+
+    def window_label(self, repeat: int) -> str:
+        """The label of the requests of its measured window `repeat`."""
+        return window_label(self.label, repeat)
 
 
 class SweepSummary(_Record):

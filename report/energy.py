@@ -114,7 +114,7 @@ def cell_energy(
     total_j = 0.0
     tokens = 0
     for window in cell.repeats:
-        end_ns = last_finish.get(f"{cell.shape}/c{cell.concurrency}/r{window.repeat}")
+        end_ns = last_finish.get(cell.window_label(window.repeat))
         if end_ns is None or window.duration_s <= 0:
             return None
         start_ns = end_ns - round(window.duration_s * 1e9)

@@ -104,7 +104,7 @@ def wait_rows(campaign: CampaignResults, shapes: Sequence[str]) -> list[WaitRow]
                 ):
                     inside: list[ServerSample] = []
                     for window in cell.repeats:
-                        end = last.get(f"{shape}/c{cell.concurrency}/r{window.repeat}")
+                        end = last.get(cell.window_label(window.repeat))
                         if end is None:
                             continue
                         start = end - round(window.duration_s * 1e9)

@@ -3,7 +3,9 @@
 Six fixed chat prompts, each sent alone `repeats` times with `output_tokens` forced; per
 prompt the median, across prompts the geometric mean; "repeat" counts prompts whose greedy
 text is byte-identical across repeats; then `at_once` requests together and their aggregate
-over the one-request rate.
+over the one-request rate. The summary is rewritten (unfinished) after each request, so an
+interrupted probe can be resumed: its finished requests are kept and only the rest are sent
+(the at-once batch only as a whole, since its figure is their aggregate).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from agent.loadgen.client import ChatRequest, OpenAIClient
 from agent.results import ResultWriter
@@ -19,7 +21,7 @@ from contract import metrics
 from contract.results import ProbePrompt, ProbeSummary, RequestRecord
 from contract.suite import ProbeSettings
 
-__all__ = ["PROBE_PROMPTS", "run_probe"]
+__all__ = ["PROBE_PROMPTS", "probe_request_count", "resumable", "run_probe"]
 
 log = logging.getLogger(__name__)
 
@@ -35,64 +37,105 @@ PROBE_PROMPTS: tuple[str, ...] = (
 ProgressHook = Callable[[int], None]
 
 
+def _one_id(index: int, repeat: int) -> str:
+    return f"probe-p{index}-r{repeat}"
+
+
+def _at_once_ids(settings: ProbeSettings) -> list[str]:
+    return [f"probe-at-once-{i}" for i in range(settings.at_once)]
+
+
+def probe_request_count(settings: ProbeSettings) -> int:
+    return settings.repeats * len(PROBE_PROMPTS) + settings.at_once
+
+
+def resumable(records: Iterable[RequestRecord], settings: ProbeSettings) -> list[RequestRecord]:
+    """Of an interrupted probe's records, those a resume keeps: each one-request record once,
+    and the at-once batch only when all of it is there.
+    """
+    ones = {_one_id(i, r) for r in range(settings.repeats) for i in range(len(PROBE_PROMPTS))}
+    by_id = {r.request_id: r for r in records if r.request_id in ones}
+    at_once = {r.request_id: r for r in records if r.request_id in _at_once_ids(settings)}
+    if len(at_once) == settings.at_once:
+        by_id |= at_once
+    return list(by_id.values())
+
+
 async def run_probe(
     client: OpenAIClient,
     settings: ProbeSettings,
     writer: ResultWriter,
     *,
     progress: ProgressHook | None = None,
+    previous: ProbeSummary | None = None,
+    done: Iterable[RequestRecord] = (),
 ) -> ProbeSummary:
-    """Run the probe against a ready server; records are written as they arrive."""
+    """Run the probe against a ready server; records are written as they arrive.
+
+    `previous` and `done`: an interrupted probe of the same settings and the records of it
+    that `resumable` keeps; they are reused, not sent again.
+    """
     info = await client.server_info()
-    started = time.time()
-    await client.warm(settings.at_once)
+    started = previous.started_unix_s if previous else time.time()
+    kept = {r.request_id: r for r in done}
     records: dict[int, list[RequestRecord]] = {}
+
+    def summary(at_once: list[RequestRecord], finished: bool) -> ProbeSummary:
+        return summarise_probe(
+            records,
+            at_once,
+            settings=settings,
+            base_url=client.base_url,
+            model=info.model,
+            endpoint=client.settings.endpoint,
+            started_unix_s=started,
+            finished=finished,
+        )
+
+    await client.warm(settings.at_once)
     for repeat in range(settings.repeats):
         for index, prompt in enumerate(PROBE_PROMPTS):
-            record = await client.send(
-                ChatRequest(
-                    prompt=prompt,
-                    max_tokens=settings.output_tokens,
-                    label=f"probe/p{index}/r{repeat}",
-                    request_id=f"probe-p{index}-r{repeat}",
-                    keep_text=True,
+            record = kept.get(_one_id(index, repeat))
+            if record is None:
+                record = await client.send(
+                    ChatRequest(
+                        prompt=prompt,
+                        max_tokens=settings.output_tokens,
+                        label=f"probe/p{index}/r{repeat}",
+                        request_id=_one_id(index, repeat),
+                        keep_text=True,
+                    )
                 )
-            )
-            writer.append_requests([record])
+                writer.append_requests([record])
+                if record.error:
+                    log.warning("probe prompt %d repeat %d failed: %s", index, repeat, record.error)
             records.setdefault(index, []).append(record)
-            if record.error:
-                log.warning("probe prompt %d repeat %d failed: %s", index, repeat, record.error)
+            writer.write_summary(summary([], finished=False))
             if progress:
                 progress(1)
-    dispatch = time.perf_counter_ns()
-    together = await asyncio.gather(
-        *(
-            client.send(
-                ChatRequest(
-                    prompt=PROBE_PROMPTS[i % len(PROBE_PROMPTS)],
-                    max_tokens=settings.output_tokens,
-                    label=f"probe/at-once/{i}",
-                    request_id=f"probe-at-once-{i}",
-                ),
-                dispatch_ns=dispatch,
+    together = [kept[i] for i in _at_once_ids(settings) if i in kept]
+    if len(together) != settings.at_once:
+        dispatch = time.perf_counter_ns()
+        together = await asyncio.gather(
+            *(
+                client.send(
+                    ChatRequest(
+                        prompt=PROBE_PROMPTS[i % len(PROBE_PROMPTS)],
+                        max_tokens=settings.output_tokens,
+                        label=f"probe/at-once/{i}",
+                        request_id=request_id,
+                    ),
+                    dispatch_ns=dispatch,
+                )
+                for i, request_id in enumerate(_at_once_ids(settings))
             )
-            for i in range(settings.at_once)
         )
-    )
-    writer.append_requests(together)
+        writer.append_requests(together)
     if progress:
         progress(len(together))
-    summary = summarise_probe(
-        records,
-        list(together),
-        settings=settings,
-        base_url=client.base_url,
-        model=info.model,
-        endpoint=client.settings.endpoint,
-        started_unix_s=started,
-    )
-    writer.write_summary(summary)
-    return summary
+    final = summary(list(together), finished=True)
+    writer.write_summary(final)
+    return final
 
 
 def summarise_probe(
@@ -104,7 +147,9 @@ def summarise_probe(
     model: str,
     endpoint: str,
     started_unix_s: float,
+    finished: bool = True,
 ) -> ProbeSummary:
+    """The probe's summary of these records; `finished` False while the probe runs."""
     prompts: list[ProbePrompt] = []
     for index, runs in sorted(records.items()):
         ok = [r for r in runs if r.ok]
@@ -136,7 +181,7 @@ def summarise_probe(
         model=model,
         endpoint="chat" if endpoint == "chat" else "completions",
         started_unix_s=started_unix_s,
-        finished_unix_s=time.time(),
+        finished_unix_s=time.time() if finished else None,
         settings=settings,
         prompts=prompts,
         e2e_tok_s=e2e,

@@ -28,7 +28,16 @@ from agent.loadgen.vllm_export import vllm_bench_serve_run
 from agent.results import ResultWriter
 from agent.telemetry.server_metrics import ServerMetricsPoller, ServerReading, annotate_cell
 from contract import metrics
-from contract.results import CellResult, CellStatus, RequestRecord, SweepSummary, WindowStats
+from contract.results import (
+    EXPORT_LABEL_PREFIX,
+    CellResult,
+    CellStatus,
+    RequestRecord,
+    SweepSummary,
+    WindowStats,
+    cell_label,
+    window_label,
+)
 from contract.suite import PromptCalibration, Shape, SweepMode, SweepSettings
 
 __all__ = ["count_requests", "run_sweep"]
@@ -226,6 +235,7 @@ class _CellRunner:
         s = self.settings
         await self.client.warm(level)
         deadline = time.monotonic() + s.max_cell_s
+        cell = cell_label(shape.name, level, rate)
         # A rate window opens with its own warm-up seconds, so it needs no warm-up window.
         first_repeat = -1 if s.warmup and rate is None else 0
         for repeat in range(first_repeat, s.repeats):
@@ -237,8 +247,7 @@ class _CellRunner:
                     len(windows),
                 )
                 break
-            point = f"c{level}" if rate is None else f"rate{rate:g}"
-            label = f"{shape.name}/{point}/" + ("warmup" if repeat < 0 else f"r{repeat}")
+            label = window_label(cell, repeat)
             phase = "warmup" if repeat < 0 else "measured"
             if s.mode == "burst":
                 prompts = await self.prompts.build(level, shape.input_tokens)
@@ -287,7 +296,7 @@ class _CellRunner:
                     stats,
                     model=self.info.model,
                     endpoint=self.client.settings.endpoint,
-                    label=f"bench:{shape.name}",
+                    label=EXPORT_LABEL_PREFIX + cell,
                     date=datetime.now(UTC),
                 )
             )

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from contract.results import RequestRecord, SweepSummary
+from contract.results import ProbeSummary, RequestRecord, SweepSummary
 from refserver.harness import ReferenceServer, reference_server
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +41,12 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
 def request_ids(out: Path, name: str = "requests.jsonl") -> list[str]:
     lines = (out / name).read_text().splitlines()
     return [RequestRecord.model_validate_json(line).request_id for line in lines]
+
+
+def export_labels(out: Path, infix: str = "") -> list[str]:
+    path = out / f"vllm_bench_serve.{infix}jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line)["label"] for line in lines if line.strip()]
 
 
 def test_a_folder_with_results_is_refused_with_one_line(server: ReferenceServer, tmp_path: Path):
@@ -94,6 +102,96 @@ def test_resume_finishes_an_interrupted_sweep_without_mixing(
     assert len(ids) == len(set(ids)), "no request twice"
     assert [i for i in ids if i.startswith("in64-out8/c1/")] == first_ids
     assert request_ids(out, "requests.interrupted.jsonl") == interrupted
+
+
+RATE_FLAGS = ["--mode", "rate", "--rates", "8,16", "--window-s", "1.5", "--warmup-s", "0"]
+RATE_FLAGS += ["--shapes", "64/8", "--repeats", "2"]
+
+
+def test_a_rate_sweep_killed_in_its_second_cell_resumes_without_mixing(
+    server: ReferenceServer, tmp_path: Path
+):
+    out = tmp_path / "rate"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
+    with subprocess.Popen(
+        [BENCH, "sweep", server.url, *RATE_FLAGS, "--out", str(out)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    ) as sweep:
+        # Killed once the second cell's first window is on disk (its export line is written
+        # last) and its second window runs: a crash mid-cell.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and sweep.poll() is None:
+            if "bench:in64-out8/rate16" in export_labels(out):
+                break
+            time.sleep(0.02)
+        sweep.kill()
+    first = SweepSummary.model_validate_json((out / "summary.json").read_text())
+    assert [c.request_rate for c in first.cells] == [8.0] and first.finished_unix_s is None
+    kept = [i for i in request_ids(out) if i.startswith("in64-out8/rate8/")]
+    interrupted = [i for i in request_ids(out) if i.startswith("in64-out8/rate16/")]
+    assert kept and interrupted
+
+    result = bench("sweep", server.url, *RATE_FLAGS, "--out", str(out), "--resume")
+    assert result.returncode == 0, result.stderr
+    assert "set aside" in result.stdout
+    done = SweepSummary.model_validate_json((out / "summary.json").read_text())
+    assert done.finished_unix_s is not None
+    assert [(c.request_rate, c.status) for c in done.cells] == [(8.0, "ok"), (16.0, "ok")]
+    assert done.cells[0] == first.cells[0], "the finished cell is kept as it was"
+    ids = request_ids(out)
+    assert len(ids) == len(set(ids)), "no request twice"
+    assert [i for i in ids if i.startswith("in64-out8/rate8/")] == kept
+    assert request_ids(out, "requests.interrupted.jsonl") == interrupted
+    exported = export_labels(out)
+    assert exported == ["bench:in64-out8/rate8"] * 2 + ["bench:in64-out8/rate16"] * 2
+    assert export_labels(out, "interrupted.") == ["bench:in64-out8/rate16"]
+
+
+def test_an_interrupted_probe_resumes_with_what_it_had_finished(tmp_path: Path):
+    out = tmp_path / "p"
+    flags = ["--output-tokens", "16", "--repeats", "2", "--at-once", "3", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
+    with reference_server(ttft_ms=5, itl_ms=15) as slow:
+        with subprocess.Popen(
+            [BENCH, "probe", slow.url, *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as probe:
+            # Ctrl-C once three requests are on disk, as a user stops a probe.
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and probe.poll() is None:
+                if (out / "requests.jsonl").exists() and len(request_ids(out)) >= 3:
+                    break
+                time.sleep(0.02)
+            probe.send_signal(signal.SIGINT)
+            _, stderr = probe.communicate(timeout=60)
+        assert probe.returncode == 130, stderr
+        assert "interrupted; results written so far are kept" in stderr
+        first = ProbeSummary.model_validate_json((out / "summary.json").read_text())
+        assert first.finished_unix_s is None
+        kept = (out / "requests.jsonl").read_text().splitlines()
+        assert 3 <= len(kept) < 12
+
+        other = bench("probe", slow.url, *flags[:-2], "--repeats", "1", "--out", str(out))
+        assert other.returncode == 2 and "already holds results" in other.stderr
+        result = bench("probe", slow.url, *flags, "--resume")
+        assert result.returncode == 0, result.stderr
+        assert f"resuming: {len(kept)} of 15 request(s) kept" in result.stdout
+        done = ProbeSummary.model_validate_json((out / "summary.json").read_text())
+        assert done.finished_unix_s is not None and done.started_unix_s == first.started_unix_s
+        assert done.requests_failed == 0 and [p.repeats_ok for p in done.prompts] == [2] * 6
+        lines = (out / "requests.jsonl").read_text().splitlines()
+        assert lines[: len(kept)] == kept, "the finished requests are kept as they were"
+        ids = request_ids(out)
+        assert len(ids) == len(set(ids)) == 15, "every request once"
+
+        again = bench("probe", slow.url, *flags, "--resume")
+    assert again.returncode == 0 and "already complete" in again.stdout
+    assert (out / "requests.jsonl").read_text().splitlines() == lines
 
 
 def test_resume_needs_results(server: ReferenceServer, tmp_path: Path):

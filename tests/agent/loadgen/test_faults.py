@@ -127,6 +127,36 @@ def test_an_unreachable_url_is_one_line_and_leaves_no_folder(tmp_path: Path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("command", "models_answered"), [("sweep", 1), ("sweep", 2), ("probe", 1)])
+def test_a_server_that_dies_before_anything_is_measured_leaves_no_folder(
+    server: ReferenceServer, tmp_path: Path, command: str, models_answered: int
+):
+    # 1: dies right after bench's own check of /v1/models; 2: after the sweep's, before its
+    # calibration. (A probe has nothing unmeasured after it: its requests fail as data.)
+    out = tmp_path / "never"
+    flags = SWEEP_FLAGS if command == "sweep" else ["--repeats", "1", "--output-tokens", "4"]
+    with fault_proxy(server.port, die_after_models=models_answered) as proxy:
+        result = bench(command, proxy.url, *flags, "--out", str(out))
+        assert proxy.dead.is_set()
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert result.stderr.strip().count("\n") == 0 and f"bench {command}: " in result.stderr
+    assert not out.exists()
+
+
+def test_overwrite_against_a_server_that_dies_first_puts_the_old_results_back(
+    server: ReferenceServer, tmp_path: Path
+):
+    out = tmp_path / "sweep"
+    assert bench("sweep", server.url, *SWEEP_FLAGS, "--out", str(out)).returncode == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with fault_proxy(server.port, die_after_models=1) as proxy:
+        result = bench("sweep", proxy.url, *SWEEP_FLAGS, "--out", str(out), "--overwrite")
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
+    assert "moved back" in result.stdout
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not list(tmp_path.glob("sweep.replaced-*"))
+
+
 def test_a_model_the_server_does_not_serve_fails_before_the_sweep(
     server: ReferenceServer, tmp_path: Path
 ):
