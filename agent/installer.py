@@ -14,12 +14,10 @@ the runner fails that engine's jobs and goes on with the next engine.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import sysconfig
@@ -33,6 +31,7 @@ from filelock import FileLock, Timeout
 from agent.supervisor import redact_env
 from contract.errors import BenchError
 from contract.files import tail
+from contract.processes import end_process_group
 from engines.builds.llamacpp import default_cache_root
 from engines.recipes import EngineRecipe, render_install
 from engines.recipes.project import ProjectSourceError, project_source
@@ -245,7 +244,7 @@ def _run(
             # However the wait ended (the step exited, a stop, an exception in this process),
             # nothing the step started outlives it: a leftover compiler or pip would load
             # the machine while later jobs measure.
-            _end_group(process)
+            end_process_group(process)
         elapsed = time.monotonic() - started
         handle.write(f"{time.strftime('%H:%M:%S')} END {name} rc={returncode} {elapsed:.1f}s\n")
     if returncode == _STOPPED:
@@ -279,25 +278,6 @@ def _wait(
             pass
         stop = should_stop()
         if stop or time.monotonic() - started > STEP_TIMEOUT_S:
-            _end_group(process)
+            end_process_group(process)
             return _STOPPED if stop else _TIMED_OUT
 
-
-_TERM_GRACE_S = 10.0
-
-
-def _end_group(process: subprocess.Popen[bytes]) -> None:
-    """End the step's process group: SIGTERM while its leader runs, then SIGKILL the rest.
-
-    The leader is the group's id (`start_new_session`); after it exits, what it left in
-    the group (a build's children, a daemon a step should not have started) is killed at once.
-    """
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=_TERM_GRACE_S)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=_TERM_GRACE_S)

@@ -337,12 +337,14 @@ class CampaignRunner:
         source = self.spec.model.source_for(recipe.name)
         drafter_source = self.spec.drafter.source_for(recipe.name) if self.spec.drafter else None
         try:
-            model = resolve_model(source or "", self.work_dir / "models", self._engine_env)
-            drafter = (
-                resolve_model(drafter_source, self.work_dir / "models", self._engine_env)
-                if drafter_source
-                else None
+            models = functools.partial(
+                resolve_model,
+                cache_dir=self.work_dir / "models",
+                env=self._engine_env,
+                should_stop=self._interrupted.is_set,
             )
+            model = models(source or "")
+            drafter = models(drafter_source) if drafter_source else None
             rerender = functools.partial(
                 render,
                 recipe,

@@ -29,6 +29,8 @@ readonly UNIT=bench-agent.service
 # The instance store, where the instance type has one (the DLAMI mounts it here): fast local
 # NVMe for the engines' environments, builds, pip and model caches; the root volume else.
 readonly NVME=/opt/dlami/nvme
+# The default CUDA toolkit of the DLAMI (a link to /usr/local/cuda-<major>.<minor>).
+readonly CUDA_LINK=/usr/local/cuda
 
 log() {
   printf '%s bench-bootstrap: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$*"
@@ -74,6 +76,30 @@ if ! command -v cargo >/dev/null && [[ ! -x /root/.cargo/bin/cargo ]]; then
   curl --proto '=https' --tlsv1.2 -sSf --retry 3 https://sh.rustup.rs |
     HOME=/root sh -s -- -y --profile minimal --no-modify-path
 fi
+# cuRAND's headers and library for mistral.rs's CUDA build (its kernels include
+# curand_kernel.h; seed 000 had to install libcurand-dev-13-1): the package of the toolkit
+# /usr/local/cuda points to, only where that toolkit lacks it. Not fatal: only mistral.rs
+# needs it, and its install step then fails with the compiler's message.
+ensure_curand_dev() {
+  local toolkit version package
+  toolkit=$(readlink -f "${CUDA_LINK}") || return 0
+  [[ -d "${toolkit}" ]] || { log "no CUDA toolkit at ${CUDA_LINK}; cuRAND not checked"; return 0; }
+  if [[ -f "${toolkit}/include/curand.h" ]] && compgen -G "${toolkit}/lib*/libcurand.so" >/dev/null; then
+    return 0
+  fi
+  version=${toolkit##*/cuda-}
+  if [[ ! "${version}" =~ ^[0-9]+\.[0-9]+$ ]]; then
+    log "CUDA toolkit ${toolkit} has no cuRAND and no version in its name; not installed"
+    return 0
+  fi
+  package="libcurand-dev-${version//./-}"
+  log "installing ${package} (cuRAND for ${toolkit})"
+  if ! { apt-get -o DPkg::Lock::Timeout=600 update -q &&
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "${package}"; }; then
+    log "WARNING: ${package} did not install; mistral.rs's CUDA build will fail"
+  fi
+}
+ensure_curand_dev
 if mountpoint -q "${NVME}"; then
   CACHE_ROOT="${NVME}/bench"
 else

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 
 from contract.errors import BenchError
 from contract.files import LockTimeout, locked, tail
+from contract.processes import end_process_group
 
 __all__ = ["LlamaCppBuildError", "StepLog", "copy_log", "file_lock", "log_tail"]
 
@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 LOG_TAIL_LINES = 40
 # A CUDA build's log is thousands of lines; past this its head is dropped from the copy.
 LOG_COPY_MAX_BYTES = 4 * 1024 * 1024
-_TERM_GRACE_S = 10.0
 
 
 class LlamaCppBuildError(BenchError, RuntimeError):
@@ -88,25 +87,12 @@ class StepLog:
                     f"last lines of {self.log_path}:\n{log_tail(self.log_path)}"
                 ) from e
             finally:
-                _end_group(process)
+                end_process_group(process)
         if returncode != 0:
             raise LlamaCppBuildError(
                 f"llama.cpp build step {name!r} failed (exit {returncode}); "
                 f"last lines of {self.log_path}:\n{log_tail(self.log_path)}"
             )
-
-
-def _end_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the command's group while it runs, then SIGKILL whatever of it is left."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=_TERM_GRACE_S)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=_TERM_GRACE_S)
 
 
 @contextlib.contextmanager

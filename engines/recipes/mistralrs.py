@@ -2,9 +2,10 @@
 
 Install: `cargo install` of the `mistralrs` CLI at the v0.9.5 tag with `--features cuda`
 and `CUDA_COMPUTE_CAP` set to the GPU's capability; flash-attn is added on sm_80+ and left
-out on Turing (seed 001: its flash-attn feature needs sm_80). The seeds also needed
-cuRAND's headers (libcurand-dev) on the DLAMI, which has no CUDA toolkit: the instance's
-image must provide them.
+out on Turing (seed 001: its flash-attn feature needs sm_80). The seeds also needed cuRAND's
+development package (libcurand-dev-13-1): the user data installs the one matching the
+default CUDA toolkit where that toolkit lacks it (`ensure_curand_dev` in infra/user_data.sh),
+and rustup's toolchain for cargo.
 
 Settings. mistral.rs plans ~395 MiB of activations per running request, so 64 do not load
 on the L4 (seed 000: "needs 28292 MiB"); the seeds served 32 requests with a fixed

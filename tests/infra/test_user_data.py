@@ -179,3 +179,60 @@ def test_systemd_units_pass_systemd_analyze(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "bench-" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def _run_curand_check(tmp_path: Path, *, toolkit: str | None, apt_rc: int = 0) -> list[str]:
+    """The user data's `ensure_curand_dev` against a toolkit tree under tmp_path, with an
+    apt-get that records its arguments (apt cannot run here); returns those calls."""
+    function = re.search(
+        r"^ensure_curand_dev\(\) \{\n.*?^\}\n", TEMPLATE_PATH.read_text(), re.M | re.S
+    )
+    assert function, "user data has no ensure_curand_dev"
+    tmp_path.mkdir(exist_ok=True)
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    calls = tmp_path / "apt-calls"
+    apt = fake_bin / "apt-get"
+    apt.write_text(f'#!/bin/bash\necho "$*" >> {calls}\nexit {apt_rc}\n')
+    apt.chmod(0o755)
+    link = tmp_path / "cuda"
+    if toolkit is not None:
+        (tmp_path / toolkit).mkdir(exist_ok=True)
+        link.symlink_to(tmp_path / toolkit)
+    script = (
+        "set -euo pipefail\nlog() { echo \"LOG $*\"; }\n"
+        f"CUDA_LINK={link}\n{function.group(0)}ensure_curand_dev\necho finished\n"
+    )
+    result = subprocess.run(
+        ["bash", "-c", script],
+        env={"PATH": f"{fake_bin}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0 and result.stdout.endswith("finished\n"), result
+    return calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_curand_dev_is_installed_for_the_default_toolkit_only_where_missing(
+    tmp_path: Path,
+) -> None:
+    calls = _run_curand_check(tmp_path / "missing", toolkit="cuda-13.1")
+    assert calls[-1].endswith("install -y -q libcurand-dev-13-1"), calls
+    have = tmp_path / "present"
+    have.mkdir()
+    (have / "cuda-12.8" / "include").mkdir(parents=True)
+    (have / "cuda-12.8" / "include" / "curand.h").write_text("")
+    (have / "cuda-12.8" / "lib64").mkdir()
+    (have / "cuda-12.8" / "lib64" / "libcurand.so").write_text("")
+    assert _run_curand_check(have, toolkit="cuda-12.8") == []
+
+
+def test_curand_problems_do_not_stop_the_boot(tmp_path: Path) -> None:
+    # Only mistral.rs needs cuRAND: a failed apt-get or no toolkit leaves the other engines.
+    failed = tmp_path / "failed"
+    failed.mkdir()
+    assert len(_run_curand_check(failed, toolkit="cuda-13.2", apt_rc=100)) == 1
+    none = tmp_path / "none"
+    none.mkdir()
+    assert _run_curand_check(none, toolkit=None) == []

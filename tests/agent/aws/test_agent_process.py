@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import boto3
@@ -24,6 +25,7 @@ from contract.layout import AGENT_ENV_BUCKET, AGENT_ENV_HF_SECRET_ID, status_par
 from tests.agent.aws.conftest import BUCKET, CAMPAIGN, SHARD
 from tests.fixtures.fake_imds import FakeImds
 from tests.fixtures.moto_server import MotoServer
+from tests.fixtures.slow_hub import slow_hub
 
 pytestmark = pytest.mark.slow
 
@@ -56,9 +58,18 @@ LONG_SWEEP = SPEC.replace('shapes = ["64/16"]', 'shapes = ["64/512"]').replace(
 
 
 def _agent(
-    tmp_path: Path, moto: MotoServer, imds: FakeImds, llama_bin: Path, secret: str, work: Path
+    tmp_path: Path,
+    moto: MotoServer,
+    imds: FakeImds,
+    llama_bin: Path,
+    secret: str,
+    work: Path,
+    **extra_env: str,
 ) -> subprocess.Popen[str]:
     env = {
+        **extra_env,
+        # A worktree's code shadows the editable install (the team's set-up); unset in CI.
+        **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"},
         **moto.env(),
         "PATH": os.environ["PATH"],
         "HOME": os.environ.get("HOME", "/root"),
@@ -169,3 +180,35 @@ def test_a_spot_notice_uploads_what_is_done_and_stops(
     keys = _keys()
     assert prefix in keys
     assert f"results/{CAMPAIGN}/{SHARD}/jobs/llama-sweep/done" not in keys, "stopped mid-sweep"
+
+
+def test_a_spot_notice_during_the_model_download_stops_it_and_publishes_interrupted(
+    tmp_path: Path,
+    aws: MotoServer,
+    bucket: str,
+    imds: FakeImds,
+    hf_secret: str,
+    llama_server_build,
+):
+    repo = f"org/slow-{uuid.uuid4().hex[:8]}"
+    _setup(bucket, SPEC.replace("generated:tiny-llama", f"{repo}:tiny.gguf"))
+    # 4 MiB at 64 KiB a second: a download that would take a minute.
+    with slow_hub(repo, "tiny.gguf", bytes(4 << 20), chunk_bytes=64 << 10, delay_s=1.0) as hub:
+        proc = _agent(
+            tmp_path, aws, imds, llama_server_build.binary, hf_secret, tmp_path / "w",
+            HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"),
+        )  # fmt: skip
+        assert hub.get_started.wait(240), proc.communicate(timeout=60)[0][-3000:]
+        imds.issue_spot_notice()
+        noticed = time.monotonic()
+        output = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 3, output[-3000:]
+        assert time.monotonic() - noticed < 60, "the download was not stopped promptly"
+    assert _status()["phase"] == "interrupted"
+    assert "download interrupted" in output
+    left = []
+    for process in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if repo in " ".join(process.info["cmdline"] or ()):
+                left.append(process)
+    assert not left, "the download outlived the agent"
