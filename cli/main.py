@@ -475,9 +475,9 @@ def _console(stderr: bool = False):
 
 
 async def _probe(args: argparse.Namespace) -> int:
+    from agent.jobfolder import JobFolder
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.probe import PROBE_PROMPTS, run_probe
-    from agent.results import ResultWriter
     from cli.outdir import move_aside, prepare_out
     from contract.results import ProbeSummary
     from contract.suite import ProbeSettings
@@ -516,7 +516,7 @@ async def _probe(args: argparse.Namespace) -> int:
         aside = move_aside(out) if mode == "resume" else prepare_out(out, mode)
         if aside:
             console.print(f"earlier results moved to {aside}")
-        writer = ResultWriter(out)
+        writer = JobFolder(out)
         with _progress(total, "probe") as advance:
             summary = await run_probe(client, settings, writer, progress=advance)
     _standalone(out, "probe", summary.base_url, [summary.model], settings)
@@ -555,11 +555,11 @@ def _parse_shapes(text: str) -> tuple[Shape, ...]:
 
 
 async def _sweep(args: argparse.Namespace) -> int:
+    from agent.jobfolder import JobFolder
     from agent.loadgen.arrivals import connections_for
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.sweep import count_requests, run_sweep
     from agent.loadgen.text_sources import load_source
-    from agent.results import ResultWriter
     from agent.telemetry.server_metrics import (
         SERVER_METRICS_FILE,
         ServerMetricsCsv,
@@ -619,7 +619,7 @@ async def _sweep(args: argparse.Namespace) -> int:
         aside = prepare_out(out, mode)
         if aside:
             console.print(f"earlier results moved to {aside}")
-        writer = ResultWriter(out)
+        writer = JobFolder(out)
         if previous is not None:
             done = {(c.shape, c.concurrency) for c in previous.cells}
             moved = writer.set_aside(REQUESTS_FILE, lambda row: _in_cells(row, done))

@@ -13,8 +13,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import ChatRequest, OpenAIClient
-from agent.results import ResultWriter
 from contract import metrics
 from contract.results import ProbePrompt, ProbeSummary, RequestRecord
 from contract.suite import ProbeSettings
@@ -38,7 +38,7 @@ ProgressHook = Callable[[int], None]
 async def run_probe(
     client: OpenAIClient,
     settings: ProbeSettings,
-    writer: ResultWriter,
+    writer: JobFolder,
     *,
     progress: ProgressHook | None = None,
 ) -> ProbeSummary:
