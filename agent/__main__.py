@@ -25,19 +25,15 @@ import threading
 import time
 from pathlib import Path
 
+from agent.aws.bucket import UploadError, results_uri
 from agent.aws.imds import ImdsClient, ImdsError
 from agent.aws.lifecycle import EndAction, MaxRuntimeWatchdog, default_power_off, end_of_run
+from agent.aws.restore import download_spec, restore_done_jobs
 from agent.aws.secrets import SecretError, SecretRedactingFilter, engine_env, read_hf_token
 from agent.aws.spot import SpotWatcher
 from agent.aws.status import StatusPublisher
-from agent.aws.uploader import (
-    ResultsUploader,
-    UploadError,
-    download_spec,
-    make_tarball,
-    restore_done_jobs,
-    results_uri,
-)
+from agent.aws.tarball import make_tarball
+from agent.aws.uploader import ResultsUploader
 from agent.gpu import detect_gpu
 from agent.runner import CampaignRunner
 from contract.jobs import MANIFEST_FILE

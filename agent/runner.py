@@ -29,6 +29,7 @@ from typing import Protocol
 from agent.evals.runner import load_task, run_eval
 from agent.gpu import GpuHost, gpu_memory_used_mib
 from agent.installer import EngineInstallError, InstalledEngine, install_engine
+from agent.jobfolder import JobFolder
 from agent.loadgen.arrivals import connections_for
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import run_probe
@@ -44,7 +45,6 @@ from agent.provenance import (
     identify,
 )
 from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
-from agent.results import ResultWriter
 from agent.supervisor import EngineError, EngineServer, choose_port, free_port, port_in_use
 from agent.telemetry import TelemetrySampler
 from agent.telemetry.server_metrics import (
@@ -52,17 +52,9 @@ from agent.telemetry.server_metrics import (
     ServerMetricsCsv,
     ServerMetricsPoller,
 )
-from contract.files import tail
-from contract.jobs import (
-    JOB_FILE,
-    MANIFEST_FILE,
-    SERVER_LOG_FILE,
-    EngineServed,
-    JobRecord,
-    Manifest,
-    RunSpan,
-)
-from contract.results import DONE_FILE
+from contract.files import tail, write_atomic
+from contract.jobs import MANIFEST_FILE, EngineServed, JobRecord, Manifest, RunSpan
+from contract.layout import JOBS_DIR
 from contract.spec import CampaignSpec, ShardSpec
 from contract.status import Phase
 from contract.suite import SuiteItem
@@ -109,7 +101,7 @@ class _NoStatus:
         log.info("job %d/%d: %s", index, total, job)
 
 
-_ItemHandler = Callable[["Job", RenderedServe, Path], Awaitable[int | None]]
+_ItemHandler = Callable[["Job", RenderedServe, JobFolder], Awaitable[int | None]]
 
 
 @dataclass(frozen=True)
@@ -187,32 +179,30 @@ class CampaignRunner:
 
     # -- bookkeeping -----------------------------------------------------------------
 
-    def job_dir(self, job: Job) -> Path:
-        return self.shard_dir / "jobs" / job.job_id
+    def folder(self, job: Job, *, create: bool = False) -> JobFolder:
+        return JobFolder(self.shard_dir / JOBS_DIR / job.job_id, create=create)
 
     def is_done(self, job: Job) -> bool:
-        return (self.job_dir(job) / DONE_FILE).exists()
+        return self.folder(job).is_done
 
     def _write_record(self, job: Job, record: JobRecord) -> None:
-        folder = self.job_dir(job)
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / JOB_FILE).write_text(record.model_dump_json(indent=2))
-        if record.status == "ok":
-            (folder / DONE_FILE).touch()
+        folder = self.folder(job)
+        folder.finish(record)
         if self.results is not None:
-            self.results.upload_job(job.job_id, folder)
+            self.results.upload_job(job.job_id, folder.path)
 
     def _failed_on_disk(self) -> list[str]:
         """Jobs not done whose latest record says failed, whichever run wrote it."""
         failed = []
         for job in self.jobs:
-            path = self.job_dir(job) / JOB_FILE
-            if self.is_done(job) or not path.exists():
+            if self.is_done(job):
                 continue
             try:
-                if JobRecord.model_validate_json(path.read_bytes()).status == "failed":
-                    failed.append(job.job_id)
+                record = self.folder(job).record()
             except (OSError, ValueError):
+                failed.append(job.job_id)
+                continue
+            if record is not None and record.status == "failed":
                 failed.append(job.job_id)
         return failed
 
@@ -270,11 +260,8 @@ class CampaignRunner:
         records: list[JobRecord] = []
         manifest_path = self.shard_dir / MANIFEST_FILE
         earlier = earlier_manifest(manifest_path, self.spec.name, self.shard.name)
-        manifest_path.write_text(
-            self._manifest(started, sampler, engines, records, None, earlier).model_dump_json(
-                indent=2
-            )
-        )
+        first = self._manifest(started, sampler, engines, records, None, earlier)
+        write_atomic(manifest_path, first.model_dump_json(indent=2).encode())
         try:
             for arm in self.shard.arms:
                 pending = [j for j in self.jobs if j.arm == arm and not self.is_done(j)]
@@ -288,7 +275,7 @@ class CampaignRunner:
             stats = sampler.stop()
             log.info("telemetry: sampler CPU %.3f s per minute", stats.cpu_s_per_min)
             manifest = self._manifest(started, sampler, engines, records, time.time(), earlier)
-            manifest_path.write_text(manifest.model_dump_json(indent=2))
+            write_atomic(manifest_path, manifest.model_dump_json(indent=2).encode())
         return RunOutcome(shard_dir=self.shard_dir, manifest=manifest, records=records)
 
     def _index(self, job: Job) -> int:
@@ -522,8 +509,7 @@ class CampaignRunner:
         log_path: Path,
         sampler: TelemetrySampler,
     ) -> JobRecord:
-        folder = self.job_dir(job)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.folder(job, create=True)
         offset = log_path.stat().st_size if log_path.exists() else 0
         self.status.set_phase(_PHASE_OF_ITEM[job.item])
         log.info("START job %s", job.job_id)
@@ -545,7 +531,7 @@ class CampaignRunner:
             reason = f"{died}; {reason}" if reason else died
         if self._interrupted.is_set():
             reason = "interrupted (the machine is being taken away); rerun to measure"
-        _copy_from(log_path, offset, folder / SERVER_LOG_FILE)
+        folder.copy_server_log(log_path, offset)
         telemetry = sampler.summary(job.job_id, output_tokens)
         record = JobRecord(
             job_id=job.job_id,
@@ -560,14 +546,14 @@ class CampaignRunner:
             first_completion_s=ready.first_completion_s if ready else None,
             ready_s=ready.ready_s if ready else None,
             output_tokens=output_tokens,
-            server_log_tail=tail(folder / SERVER_LOG_FILE, LOG_TAIL_LINES) if reason else None,
+            server_log_tail=folder.server_log_tail(LOG_TAIL_LINES) if reason else None,
             telemetry=telemetry,
         )
         self._write_record(job, record)
         log.info("END job %s: %s%s", job.job_id, record.status, f" ({reason})" if reason else "")
         return record
 
-    async def _item(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
+    async def _item(self, job: Job, served: RenderedServe, folder: JobFolder) -> int | None:
         """Runs one suite item; returns the output tokens it generated, where it counts them."""
         handlers: Mapping[SuiteItem, _ItemHandler] = {
             "probe": self._probe,
@@ -577,7 +563,7 @@ class CampaignRunner:
         }
         return await handlers[job.item](job, served, folder)
 
-    async def _probe(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
+    async def _probe(self, job: Job, served: RenderedServe, folder: JobFolder) -> int | None:
         if self.spec.suite.probe is None:
             raise ValueError(f"suite item {job.item!r} is not configured")
         request = served.request_settings(self.spec.suite.probe.request)
@@ -585,7 +571,7 @@ class CampaignRunner:
         async with OpenAIClient(
             served.base_url, settings=request, max_connections=settings.at_once
         ) as client:
-            probe = await run_probe(client, settings, ResultWriter(folder))
+            probe = await run_probe(client, settings, folder)
         if probe.e2e_tok_s is None:
             raise RuntimeError(f"no probe request succeeded: {'; '.join(probe.errors)}")
         if probe.requests_failed:
@@ -594,7 +580,7 @@ class CampaignRunner:
             )
         return None
 
-    async def _sweep(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
+    async def _sweep(self, job: Job, served: RenderedServe, folder: JobFolder) -> int | None:
         if self.spec.suite.sweep is None:
             raise ValueError(f"suite item {job.item!r} is not configured")
         request = served.request_settings(self.spec.suite.sweep.request)
@@ -612,7 +598,7 @@ class CampaignRunner:
                     sweep = await run_sweep(
                         client,
                         settings,
-                        ResultWriter(folder),
+                        folder,
                         source=source,
                         server_metrics=server_metrics,
                     )
@@ -629,7 +615,7 @@ class CampaignRunner:
             )
         return sum(w.output_tokens for c in sweep.cells for w in c.repeats)
 
-    async def _eval(self, job: Job, served: RenderedServe, folder: Path) -> int | None:
+    async def _eval(self, job: Job, served: RenderedServe, folder: JobFolder) -> int | None:
         suite = self.spec.suite
         eval_settings = suite.gsm8k if job.item == "gsm8k" else suite.bfcl
         if eval_settings is None:
@@ -643,14 +629,5 @@ class CampaignRunner:
             data_path=self.gsm8k_data if job.item == "gsm8k" else None,
             cache_dir=self.work_dir / "data",
         )
-        summary = await run_eval(task, served.base_url, folder, model=served.served_model)
+        summary = await run_eval(task, served.base_url, folder.path, model=served.served_model)
         return summary.completion_tokens
-
-
-def _copy_from(source: Path, offset: int, dest: Path) -> None:
-    try:
-        with source.open("rb") as handle:
-            handle.seek(offset)
-            dest.write_bytes(handle.read())
-    except OSError:
-        pass

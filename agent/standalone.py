@@ -6,10 +6,9 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-import orjson
-
+from agent.jobfolder import JobFolder
 from agent.provenance import AGENT_VERSION, git_sha, host_info
-from contract.standalone import STANDALONE_FILE, StandaloneKind, StandaloneManifest
+from contract.standalone import StandaloneKind, StandaloneManifest
 
 __all__ = ["write_standalone_manifest"]
 
@@ -40,9 +39,4 @@ def write_standalone_manifest(
         settings=settings,
         written_unix_s=time.time(),
     )
-    path = out / STANDALONE_FILE
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_bytes(orjson.dumps(manifest.model_dump(mode="json"), option=orjson.OPT_INDENT_2))
-    tmp.replace(path)
-    return path
+    return JobFolder(out).write_standalone(manifest)

@@ -18,10 +18,10 @@ import sys
 import time
 from pathlib import Path
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import ChatRequest, OpenAIClient
 from agent.loadgen.probe import run_probe
 from agent.loadgen.sweep import run_sweep
-from agent.results import ResultWriter
 from agent.supervisor import EngineServer, free_port
 from agent.telemetry import TelemetrySampler
 from contract.suite import ProbeSettings, Shape, SweepSettings
@@ -112,9 +112,9 @@ def main(out: Path) -> int:
             )
             async with OpenAIClient(served.base_url, settings=request, max_connections=64) as c:
                 sampler.set_job("probe")
-                probe = await run_probe(c, probe_settings, ResultWriter(out / "probe"))
+                probe = await run_probe(c, probe_settings, JobFolder(out / "probe"))
                 sampler.set_job("sweep")
-                sweep = await run_sweep(c, sweep_settings, ResultWriter(out / "sweep"))
+                sweep = await run_sweep(c, sweep_settings, JobFolder(out / "sweep"))
                 sampler.set_job(None)
             return probe, sweep
 

@@ -33,9 +33,9 @@ from typing import Any
 
 import httpx
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import run_sweep
-from agent.results import ResultWriter
 from agent.supervisor import EngineServer, free_port
 from contract.results import CellResult
 from contract.suite import RequestSettings, Shape, SweepSettings
@@ -155,7 +155,7 @@ def engine_run(engine: str, out: Path, result: dict[str, Any], save: Any) -> Non
 
         async def sweep() -> None:
             async with OpenAIClient(url, settings=request, max_connections=64) as client:
-                writer = ResultWriter(out / f"{engine}-sweep")
+                writer = JobFolder(out / f"{engine}-sweep")
                 await run_sweep(client, settings, writer, on_cell=on_cell)
 
         asyncio.run(sweep())

@@ -50,9 +50,9 @@ from typing import Any
 import httpx
 import torch
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import run_sweep
-from agent.results import ResultWriter
 from agent.supervisor import EngineServer, free_port
 from contract.results import CellResult
 from contract.suite import RequestSettings, Shape, SweepSettings
@@ -285,7 +285,7 @@ def server_sweep(
 
         async def sweep() -> None:
             async with OpenAIClient(base_url, settings=request, max_connections=64) as client:
-                writer = ResultWriter(out / f"sweep{tag}")
+                writer = JobFolder(out / f"sweep{tag}")
                 await run_sweep(client, settings, writer, on_cell=on_cell)
 
         asyncio.run(sweep())

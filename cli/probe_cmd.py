@@ -10,9 +10,9 @@ from pathlib import Path
 from pydantic import ValidationError
 from rich.console import Console
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import probe_request_count, resumable, run_probe
-from agent.results import ResultWriter
 from cli.outdir import nothing_left_unless_measured, prepare_out
 from cli.parser import out_mode
 from cli.standalone import (
@@ -88,7 +88,7 @@ async def _measure(
     screen: Console,
 ) -> ProbeSummary:
     """Run (or finish) the probe into `out`."""
-    writer = ResultWriter(out)
+    writer = JobFolder(out)
     done: list[RequestRecord] = []
     if previous is not None:
         path = out / REQUESTS_FILE

@@ -10,11 +10,11 @@ from pathlib import Path
 from pydantic import ValidationError
 from rich.console import Console
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.arrivals import connections_for
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import count_requests, run_sweep
 from agent.loadgen.text_sources import TextSource, load_source
-from agent.results import ResultWriter
 from agent.telemetry.server_metrics import (
     SERVER_METRICS_FILE,
     ServerMetricsCsv,
@@ -123,7 +123,7 @@ async def _measure(
     screen: Console,
 ) -> SweepSummary:
     """Run (or finish) the sweep into `out`, the server's /metrics polled beside it."""
-    writer = ResultWriter(out)
+    writer = JobFolder(out)
     if previous is not None:
         done = {cell.label for cell in previous.cells}
         moved = writer.set_aside(REQUESTS_FILE, lambda row: _in_done(row, done))

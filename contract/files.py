@@ -1,16 +1,18 @@
-"""File helpers every room uses, written once: a file's sha256, the last lines of a log, and
-an exclusive lock on a file shared between processes (`filelock`)."""
+"""File helpers every room uses, written once: a file's sha256, the last lines of a log, a
+durable whole-file write, and an exclusive lock on a file shared between processes
+(`filelock`)."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 
-__all__ = ["LockTimeout", "locked", "sha256_file", "tail"]
+__all__ = ["LockTimeout", "locked", "sha256_file", "tail", "write_atomic"]
 
 LockTimeout = Timeout  # raised by `locked` when the lock is still held after timeout_s
 _BLOCK_BYTES = 1 << 20
@@ -32,6 +34,17 @@ def tail(path: Path, lines: int, *, unreadable: str = "") -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return unreadable
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data`: written to a sibling, fsynced, then renamed over it, so a
+    reader or a crash sees the old file or the new one, never a half of either."""
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    tmp.replace(path)
 
 
 @contextlib.contextmanager

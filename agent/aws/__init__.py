@@ -4,7 +4,10 @@
 - `imds`: IMDSv2 (identity, market, the instance's own tags, the spot interruption notice);
 - `secrets`: the HF token from Secrets Manager, for engines' environments only;
 - `status`: the shard status published to SSM, with a heartbeat;
-- `uploader`: job folders, manifest and tarball to S3, resume listing, the campaign spec;
+- `bucket`: the results bucket's name and URIs, and `UploadError`;
+- `uploader`: job folders, manifest and tarball to S3, from one background thread;
+- `tarball`: the shard's tarball, and scrubbing secrets from files before they leave;
+- `restore`: the campaign spec, and the jobs S3 holds done (resume after a relaunch);
 - `spot`: a poller that reports the interruption notice once;
 - `lifecycle`: powering off at the end, and the max-runtime watchdog.
 

@@ -1,299 +1,40 @@
-"""Results to S3: each finished job at once, the manifest and tarball at the end, resume, spec.
-
-Layout (contract.layout): a shard's results live under `results/<campaign>/<shard>/` of the
-results bucket (`$BENCH_BUCKET`): `jobs/<job>/<file>` for each job folder, then
-`manifest.json` and `results.tar.gz` (the whole shard folder) at the end. The campaign spec
-is `campaigns/<campaign>/spec.toml`.
+"""Results to S3 as they come: each finished job at once, the manifest and tarball at the end.
 
 `ResultsUploader` owns one daemon thread and a FIFO queue. `upload_job` queues a job folder
 and returns at once, so the benchmark goes on while it uploads; a lost instance loses at most
 the job in progress. Each job's `done` marker is uploaded after its other files, so `done` in
-S3 means the whole folder is there (that is what `jobs_done_in_s3` lists, so a relaunched
-shard resumes where S3 says). When S3 fails, the head of the queue is retried with
-exponential backoff (capped, with jitter) for as long as the uploader runs; files stay on
-disk, nothing is dropped, already-uploaded files of a job are not sent again, and the
-`on_backlog` callback (the status publisher's `set_uploads`) says how many jobs wait and why.
-`drain(timeout_s)` waits, bounded, for the queue to empty; `close()` drains and stops.
-
-Before any file leaves the machine, it is scrubbed in place of every secret value this
-process has read (agent.aws.secrets): an engine that echoes its environment into server.log
-must not put the HF token into S3 or the tarball.
+S3 means the whole folder is there (what `agent.aws.restore` resumes from). When S3 fails,
+the head of the queue is retried with exponential backoff (capped, with jitter) for as long
+as the uploader runs; files stay on disk, nothing is dropped, already-uploaded files of a
+job are not sent again, and the `on_backlog` callback (the status publisher's
+`set_uploads`) says how many jobs wait and why. `drain(timeout_s)` waits, bounded, for the
+queue to empty; `close()` drains and stops. Every file is scrubbed of secrets before it is
+sent (`agent.aws.tarball.scrub_secrets`). Names and layout: `agent.aws.bucket`.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import os
 import random
-import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.aws.clients import (
-    AwsCallError,
-    ErrorKind,
-    RetryPolicy,
-    call_with_retry,
-    classify,
-    describe,
-    make_client,
-)
-from agent.aws.secrets import known_secret_values, redact_bytes
-from contract.errors import BenchError
-from contract.layout import (
-    AGENT_ENV_BUCKET,
-    JOBS_DIR,
-    MANIFEST_FILE,
-    TARBALL_FILE,
-    job_prefix,
-    results_prefix,
-    spec_key,
-)
+from agent.aws.bucket import UploadError, bucket_name, results_uri
+from agent.aws.clients import classify, describe, make_client
+from agent.aws.tarball import files_under, scrub_secrets
+from contract.layout import JOBS_DIR, MANIFEST_FILE, TARBALL_FILE, job_prefix, results_prefix
 from contract.results import DONE_FILE
 
-__all__ = [
-    "BacklogCallback",
-    "Backoff",
-    "ResultsUploader",
-    "UploadError",
-    "download_spec",
-    "jobs_done_in_s3",
-    "make_tarball",
-    "restore_done_jobs",
-    "results_uri",
-    "scrub_secrets",
-]
+__all__ = ["BacklogCallback", "Backoff", "ResultsUploader"]
 
 log = logging.getLogger(__name__)
 
 BacklogCallback = Callable[[int, str | None], None]
-_SCAN_CHUNK = 8 << 20
 _SINGLE_PUT_MAX = 4 << 30  # S3 takes up to 5 GiB in one PUT; stay clear of it
-_TEMP_SUFFIX = ".bench-tmp"  # files this module is writing (scrubbed copies, tarball parts)
-_scrub_lock = threading.Lock()
-
-
-class UploadError(BenchError, RuntimeError):
-    """A results or spec transfer failed for good; the message names the object."""
-
-
-def _bucket(bucket: str | None) -> str:
-    name = bucket or os.environ.get(AGENT_ENV_BUCKET, "").strip()
-    if not name:
-        raise UploadError(f"no results bucket: ${AGENT_ENV_BUCKET} is not set")
-    return name
-
-
-def results_uri(campaign: str, shard: str, bucket: str | None = None) -> str:
-    """`s3://<bucket>/results/<campaign>/<shard>/`: where a shard's results go."""
-    return f"s3://{_bucket(bucket)}/{results_prefix(campaign, shard)}"
-
-
-# --- scrubbing ---
-
-
-def _contains(path: Path, needles: Iterable[bytes]) -> bool:
-    needles = [n for n in needles if n]
-    if not needles:
-        return False
-    overlap = max(len(n) for n in needles) - 1
-    tail = b""
-    with path.open("rb") as handle:
-        while chunk := handle.read(_SCAN_CHUNK):
-            window = tail + chunk
-            if any(n in window for n in needles):
-                return True
-            tail = window[-overlap:] if overlap else b""
-    return False
-
-
-def scrub_secrets(paths: Iterable[Path]) -> list[Path]:
-    """Replace every known secret value in these files with ***, in place (atomically).
-
-    Returns the files that held one (logged by name, never by value).
-    """
-    needles = [value.encode() for value in known_secret_values()]
-    scrubbed: list[Path] = []
-    if not needles:
-        return scrubbed
-    # One scrubber at a time: the uploader thread and the tarball may reach a file together.
-    with _scrub_lock:
-        for path in paths:
-            if not path.is_file() or not _contains(path, needles):
-                continue
-            tmp = path.with_name(path.name + _TEMP_SUFFIX)
-            tmp.write_bytes(redact_bytes(path.read_bytes()))
-            tmp.replace(path)
-            log.warning("a secret value was found in %s and replaced with ***", path)
-            scrubbed.append(path)
-    return scrubbed
-
-
-def _files_under(folder: Path) -> list[Path]:
-    """Regular files under `folder`, without this module's own temporary files."""
-    return sorted(
-        p
-        for p in folder.rglob("*")
-        if p.is_file() and not p.is_symlink() and not p.name.endswith(_TEMP_SUFFIX)
-    )
-
-
-# --- one-shot operations (spec, resume, tarball) ---
-
-
-def download_spec(
-    campaign: str,
-    dest: Path,
-    *,
-    bucket: str | None = None,
-    client: Any | None = None,
-    policy: RetryPolicy = RetryPolicy(budget_s=120.0),  # noqa: B008 - frozen
-) -> Path:
-    """Fetch `s3://<bucket>/campaigns/<campaign>/spec.toml` to `dest` (written atomically).
-
-    Raises:
-        UploadError: no such object, or S3 unreachable within the policy's budget.
-    """
-    bucket = _bucket(bucket)
-    key = spec_key(campaign)
-    client = client or make_client("s3")
-    uri = f"s3://{bucket}/{key}"
-    try:
-        response = call_with_retry(
-            lambda: client.get_object(Bucket=bucket, Key=key), what=f"get {uri}", policy=policy
-        )
-        body = response["Body"].read()
-    except AwsCallError as exc:
-        if exc.kind is ErrorKind.NOT_FOUND:
-            raise UploadError(
-                f"campaign spec {uri} not found (was the campaign launched?)"
-            ) from exc
-        if exc.kind is ErrorKind.DENIED:
-            # The role may list only the campaign prefixes, so S3 answers a missing key with
-            # AccessDenied too: say both.
-            raise UploadError(
-                f"campaign spec {uri}: access denied, which is also how S3 answers for a spec "
-                "that does not exist (was the campaign launched into this stack's bucket?)"
-            ) from exc
-        raise UploadError(f"cannot read campaign spec {uri}: {exc.detail}") from exc
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + _TEMP_SUFFIX)
-    tmp.write_bytes(body)
-    tmp.replace(dest)
-    log.info("campaign spec %s -> %s (%d bytes)", uri, dest, len(body))
-    return dest
-
-
-def _list_keys(client: Any, bucket: str, prefix: str, policy: RetryPolicy) -> list[str]:
-    def listing() -> list[str]:
-        keys: list[str] = []
-        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-            keys.extend(obj["Key"] for obj in page.get("Contents", []))
-        return keys
-
-    return call_with_retry(listing, what=f"list s3://{bucket}/{prefix}", policy=policy)
-
-
-def jobs_done_in_s3(
-    campaign: str,
-    shard: str,
-    *,
-    bucket: str | None = None,
-    client: Any | None = None,
-    policy: RetryPolicy = RetryPolicy(budget_s=120.0),  # noqa: B008 - frozen
-) -> set[str]:
-    """Jobs of this shard whose `done` marker is in S3 (so a relaunched shard skips them).
-
-    Raises:
-        UploadError: S3 unreachable within the policy's budget.
-    """
-    bucket = _bucket(bucket)
-    client = client or make_client("s3")
-    prefix = f"{results_prefix(campaign, shard)}{JOBS_DIR}"
-    try:
-        keys = _list_keys(client, bucket, prefix, policy)
-    except AwsCallError as exc:
-        raise UploadError(f"cannot list finished jobs: {exc}") from exc
-    done = set()
-    for key in keys:
-        parts = key[len(prefix) :].split("/")
-        if len(parts) == 2 and parts[1] == DONE_FILE:
-            done.add(parts[0])
-    return done
-
-
-def restore_done_jobs(
-    campaign: str,
-    shard: str,
-    shard_dir: Path,
-    *,
-    bucket: str | None = None,
-    client: Any | None = None,
-    policy: RetryPolicy = RetryPolicy(budget_s=120.0),  # noqa: B008 - frozen
-) -> set[str]:
-    """Download the folders of jobs done in S3 into `shard_dir/jobs/`, `done` last.
-
-    A relaunched shard then skips them like any local `done` job, and its final tarball holds
-    the whole shard, not only what this instance ran. Jobs already done locally are left alone.
-
-    Returns:
-        The jobs that are done (in S3 or locally after this).
-
-    Raises:
-        UploadError: S3 unreachable within the policy's budget.
-    """
-    bucket = _bucket(bucket)
-    client = client or make_client("s3")
-    done = jobs_done_in_s3(campaign, shard, bucket=bucket, client=client, policy=policy)
-    for job in sorted(done):
-        local = shard_dir / JOBS_DIR / job
-        if (local / DONE_FILE).exists():
-            continue
-        prefix = job_prefix(campaign, shard, job)
-        try:
-            keys = _list_keys(client, bucket, prefix, policy)
-            # `done` last, so a crash mid-restore leaves the job to run again, not half there.
-            for key in sorted(keys, key=lambda k: k.endswith(f"/{DONE_FILE}")):
-                target = local / key[len(prefix) :]
-                target.parent.mkdir(parents=True, exist_ok=True)
-                call_with_retry(
-                    functools.partial(client.download_file, bucket, key, str(target)),
-                    what=f"get s3://{bucket}/{key}",
-                    policy=policy,
-                )
-        except AwsCallError as exc:
-            raise UploadError(f"cannot restore job {job} from S3: {exc}") from exc
-        log.info("job %s restored from s3://%s/%s", job, bucket, prefix)
-    return done
-
-
-def make_tarball(shard_dir: Path, dest: Path) -> Path:
-    """`dest` (.tar.gz) holding `shard_dir` as one top folder, secrets scrubbed first.
-
-    `dest` may lie inside `shard_dir`; it is not archived into itself. Stop writers (the
-    telemetry sampler, the agent log) or flush them first: a file growing while archived is
-    cut at the size it had when it was added.
-    """
-    files = [p for p in _files_under(shard_dir) if p.resolve() != dest.resolve()]
-    scrub_secrets(files)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + _TEMP_SUFFIX)
-    with tarfile.open(tmp, "w:gz") as tar:
-        for path in files:
-            if path.resolve() == tmp.resolve():
-                continue
-            tar.add(path, arcname=f"{shard_dir.name}/{path.relative_to(shard_dir).as_posix()}")
-    tmp.replace(dest)
-    log.info("tarball %s: %d files, %d bytes", dest, len(files), dest.stat().st_size)
-    return dest
-
-
-# --- the uploader thread ---
 
 
 @dataclass
@@ -347,7 +88,7 @@ class ResultsUploader:
         self.campaign = campaign
         self.shard = shard
         self.shard_dir = shard_dir
-        self.bucket = _bucket(bucket)
+        self.bucket = bucket_name(bucket)
         self.prefix = results_prefix(campaign, shard)
         self.backoff = backoff
         self._client = client or make_client("s3")
@@ -382,7 +123,7 @@ class ResultsUploader:
         if not job_dir.is_dir():
             log.warning("upload: job folder %s does not exist; nothing to upload", job_dir)
             return
-        files = _files_under(job_dir)
+        files = files_under(job_dir)
         # `done` last: in S3 it promises the rest of the folder is there.
         files.sort(key=lambda p: p.relative_to(job_dir).as_posix() == DONE_FILE)
         pairs = [(p, prefix + p.relative_to(job_dir).as_posix()) for p in files]

@@ -1,12 +1,12 @@
 """The eval runner: every question asked once, `concurrency` at a time, scored as it comes.
 
-Owns the request loop of the answer-quality evals and their job folder. Each question is
-one non-streaming request over plain httpx to any OpenAI-compatible server: greedy,
-thinking off (`chat_template_kwargs.enable_thinking=false`), the eval's token cap. Its
-`AnswerRecord` is appended to `answers.jsonl` and `summary.json` is rewritten at once, so a
-lost instance keeps every answer scored so far. A failed request, or a reply that cannot be
-read, is scored wrong with its reason; only a programming error or an unwritable folder
-stops the run.
+Owns the request loop of the answer-quality evals. Each question is one non-streaming
+request over plain httpx to any OpenAI-compatible server: greedy, thinking off
+(`chat_template_kwargs.enable_thinking=false`), the eval's token cap. Its `AnswerRecord` is
+handed to the job folder (`agent.jobfolder`: `answers.jsonl`) and `summary.json` is rewritten
+at once, so a lost instance keeps every answer scored so far. A failed request, or a reply
+that cannot be read, is scored wrong with its reason; only a programming error or an
+unwritable folder stops the run.
 """
 
 from __future__ import annotations
@@ -28,10 +28,9 @@ import orjson
 from agent.evals.bfcl import BFCLTask
 from agent.evals.gsm8k import GSM8K_TEST_SHA256, GSM8KTask, fetch_gsm8k
 from agent.evals.task import EvalTask, Prepared, Question, Reply, Scored
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import API_KEY_ENV, normalise_base_url
-from agent.results import ResultWriteError, ResultWriter
 from contract.evals import (
-    ANSWERS_FILE,
     AnswerRecord,
     BFCLSettings,
     EvalSummary,
@@ -39,7 +38,6 @@ from contract.evals import (
     MarkCount,
     ToolCall,
 )
-from contract.results import SUMMARY_FILE
 
 __all__ = ["load_task", "run_eval"]
 
@@ -262,28 +260,6 @@ async def _served_model(http: httpx.AsyncClient) -> str:
     return str(entries[0]["id"])
 
 
-class _AnswerFile:
-    """answers.jsonl, one line per answer, flushed to disk before the next question."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        try:
-            self._handle = path.open("wb")  # a job without `done` is rerun from the start
-        except OSError as exc:
-            raise ResultWriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
-
-    def append(self, record: AnswerRecord) -> None:
-        try:
-            self._handle.write(orjson.dumps(record.model_dump(mode="json")) + b"\n")
-            self._handle.flush()
-            os.fsync(self._handle.fileno())
-        except OSError as exc:
-            raise ResultWriteError(f"cannot write {self.path}: {exc.strerror or exc}") from exc
-
-    def close(self) -> None:
-        self._handle.close()
-
-
 async def run_eval(
     task: EvalTask[Any],
     base_url: str,
@@ -297,8 +273,8 @@ async def run_eval(
     settings = task.settings
     request = settings.request
     url = normalise_base_url(base_url)
-    writer = ResultWriter(job_dir)
-    (job_dir / SUMMARY_FILE).unlink(missing_ok=True)
+    folder = JobFolder(job_dir)
+    folder.remove_summary()
     questions = task.questions()
     api_key = os.environ.get(API_KEY_ENV)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -354,7 +330,7 @@ async def run_eval(
             model,
             url,
         )
-        answers = _AnswerFile(job_dir / ANSWERS_FILE)
+        folder.start_answers()
         started_unix = time.time()
         started = time.perf_counter()
         pending = iter(questions)
@@ -370,9 +346,9 @@ async def run_eval(
                     request.timeout_s,
                 )
                 record = _record(task, question, sent, settings.max_tokens)
-                answers.append(record)
+                folder.append_answer(record)
                 tally.add(record)
-                writer.write_summary(summary(complete=False))
+                folder.write_summary(summary(complete=False))
                 if progress is not None:
                     progress(record)
                 if tally.answered % 50 == 0:
@@ -384,12 +360,9 @@ async def run_eval(
                         tally.correct,
                     )
 
-        try:
-            await asyncio.gather(*(worker() for _ in range(settings.concurrency)))
-        finally:
-            answers.close()
+        await asyncio.gather(*(worker() for _ in range(settings.concurrency)))
     final = summary(complete=True)
-    writer.write_summary(final)
+    folder.write_summary(final)
     log.info(
         "eval %s done: %d/%d correct (%s), %d truncated, %d failed, %.1f s",
         task.name,

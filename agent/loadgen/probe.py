@@ -15,8 +15,8 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import ChatRequest, OpenAIClient
-from agent.results import ResultWriter
 from contract import metrics
 from contract.results import ProbePrompt, ProbeSummary, RequestRecord
 from contract.suite import ProbeSettings
@@ -64,7 +64,7 @@ def resumable(records: Iterable[RequestRecord], settings: ProbeSettings) -> list
 async def run_probe(
     client: OpenAIClient,
     settings: ProbeSettings,
-    writer: ResultWriter,
+    writer: JobFolder,
     *,
     progress: ProgressHook | None = None,
     previous: ProbeSummary | None = None,

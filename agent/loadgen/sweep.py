@@ -20,12 +20,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TypedDict
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.arrivals import arrival_stats, run_rate_window
 from agent.loadgen.client import ChatRequest, OpenAIClient, ServerCallError, ServerInfo
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
 from agent.loadgen.text_sources import TextSource, calibrate_source, load_source
 from agent.loadgen.vllm_export import vllm_bench_serve_run
-from agent.results import ResultWriter
 from agent.telemetry.server_metrics import ServerMetricsPoller, ServerReading, annotate_cell
 from contract import metrics
 from contract.results import (
@@ -88,7 +88,7 @@ class _CellRunner:
         client: OpenAIClient,
         settings: SweepSettings,
         prompts: PromptFactory,
-        writer: ResultWriter,
+        writer: JobFolder,
         info: ServerInfo,
         progress: ProgressHook | None,
     ) -> None:
@@ -358,7 +358,7 @@ async def _server_reading(poller: ServerMetricsPoller | None) -> ServerReading |
 async def run_sweep(
     client: OpenAIClient,
     settings: SweepSettings,
-    writer: ResultWriter,
+    writer: JobFolder,
     *,
     progress: ProgressHook | None = None,
     on_cell: Callable[[CellResult], None] | None = None,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import run_sweep
-from agent.results import ResultWriter
 from agent.telemetry.server_metrics import (
     ServerMetricsPoller,
     annotate_cell,
@@ -104,9 +104,7 @@ def test_a_server_without_metrics_costs_nothing(tmp_path: Path) -> None:
 
         async def go():
             async with OpenAIClient(server.url) as client:
-                return await run_sweep(
-                    client, settings, ResultWriter(tmp_path), server_metrics=poller
-                )
+                return await run_sweep(client, settings, JobFolder(tmp_path), server_metrics=poller)
 
         summary = asyncio.run(go())
     assert readings == [] and poller.failures >= 2 and poller.readings == 0
@@ -124,9 +122,7 @@ def test_llamacpp_live_metrics_and_a_clean_sweep_cell(llama_server_url: str, tmp
 
         async def go():
             async with OpenAIClient(llama_server_url, settings=request) as client:
-                return await run_sweep(
-                    client, settings, ResultWriter(tmp_path), server_metrics=poller
-                )
+                return await run_sweep(client, settings, JobFolder(tmp_path), server_metrics=poller)
 
         summary = asyncio.run(go())
     assert readings and "requests_running" in readings[-1].values

@@ -16,17 +16,14 @@ from pathlib import Path
 import boto3
 import pytest
 
+from agent.aws.bucket import results_uri
 from agent.aws.imds import ImdsClient, SpotNotice
+from agent.aws.restore import download_spec, jobs_done_in_s3
 from agent.aws.secrets import engine_env, read_hf_token
 from agent.aws.spot import SpotWatcher
 from agent.aws.status import StatusPublisher
-from agent.aws.uploader import (
-    ResultsUploader,
-    download_spec,
-    jobs_done_in_s3,
-    make_tarball,
-    results_uri,
-)
+from agent.aws.tarball import make_tarball
+from agent.aws.uploader import ResultsUploader
 from contract.layout import spec_key, status_parameter_name
 from contract.status import STATUS_MAX_BYTES, ShardStatus
 from tests.agent.aws.conftest import CAMPAIGN, SHARD

@@ -13,17 +13,12 @@ from pathlib import Path
 import boto3
 import pytest
 
+from agent.aws.bucket import UploadError
+from agent.aws.restore import download_spec, jobs_done_in_s3, restore_done_jobs
 from agent.aws.secrets import read_hf_token
 from agent.aws.status import StatusPublisher
-from agent.aws.uploader import (
-    Backoff,
-    ResultsUploader,
-    UploadError,
-    download_spec,
-    jobs_done_in_s3,
-    make_tarball,
-    restore_done_jobs,
-)
+from agent.aws.tarball import make_tarball
+from agent.aws.uploader import Backoff, ResultsUploader
 from contract.layout import job_prefix, results_prefix, spec_key
 from tests.agent.aws.conftest import CAMPAIGN, SHARD
 from tests.fixtures.flaky_proxy import ProxyMode, flaky_proxy

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.arrivals import arrival_offsets_s
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import run_sweep
-from agent.results import ResultWriter
 from contract.results import RequestRecord, SweepSummary
 from contract.spec import SpecError, parse_campaign
 from contract.suite import Shape, SweepSettings
@@ -51,7 +51,7 @@ def test_arrival_process_has_the_asked_rate_and_burstiness(burstiness: float) ->
 def _sweep(url: str, out: Path, settings: SweepSettings) -> SweepSummary:
     async def go() -> SweepSummary:
         async with OpenAIClient(url, settings=settings.request, max_connections=256) as client:
-            return await run_sweep(client, settings, ResultWriter(out))
+            return await run_sweep(client, settings, JobFolder(out))
 
     return asyncio.run(go())
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import run_probe
 from agent.loadgen.prompts import PromptFactory, calibrate
 from agent.loadgen.sweep import run_sweep
-from agent.results import ResultWriter
 from contract.results import RequestRecord
 from contract.suite import ProbeSettings, RequestSettings, Shape, SweepSettings
 from engines.recipes import get_recipe
@@ -29,7 +29,7 @@ def test_probe_on_llamacpp_forces_length_and_repeats_greedy_text(
 
     async def go():
         async with OpenAIClient(llama_server_url, settings=REQUEST, max_connections=4) as c:
-            return await run_probe(c, settings, ResultWriter(tmp_path))
+            return await run_probe(c, settings, JobFolder(tmp_path))
 
     summary = asyncio.run(go())
     assert summary.requests_failed == 0, summary.errors
@@ -53,7 +53,7 @@ def test_sweep_on_llamacpp_has_exact_input_lengths(llama_server_url: str, tmp_pa
 
     async def go():
         async with OpenAIClient(llama_server_url, settings=REQUEST, max_connections=4) as c:
-            return await run_sweep(c, settings, ResultWriter(tmp_path))
+            return await run_sweep(c, settings, JobFolder(tmp_path))
 
     summary = asyncio.run(go())
     assert summary.counts == {"measured": 2, "partial": 0, "failed": 0, "infeasible": 0}

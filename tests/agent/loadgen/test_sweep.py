@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.prompts import Prompt, PromptFactory
 from agent.loadgen.sweep import count_requests, run_sweep
-from agent.results import ResultWriter
 from contract.results import RequestRecord, SweepSummary
 from contract.suite import PromptCalibration, RequestSettings, Shape, SweepSettings
 from refserver import ReferenceServer, reference_server
@@ -31,9 +31,7 @@ def sweep(
 ) -> SweepSummary:
     async def go() -> SweepSummary:
         async with OpenAIClient(url, settings=settings.request, max_connections=64) as client:
-            return await run_sweep(
-                client, settings, ResultWriter(out), prompt_factory=prompt_factory
-            )
+            return await run_sweep(client, settings, JobFolder(out), prompt_factory=prompt_factory)
 
     return asyncio.run(go())
 

@@ -12,11 +12,11 @@ import httpx
 import pytest
 
 from agent.evals.task import DataError
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import ChatRequest, OpenAIClient
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
 from agent.loadgen.sweep import run_sweep
 from agent.loadgen.text_sources import TextSource, calibrate_source, load_source
-from agent.results import ResultWriter
 from contract.results import RequestRecord
 from contract.suite import RequestSettings, Shape, SweepSettings
 from engines.recipes import get_recipe
@@ -56,7 +56,7 @@ def test_sweep_with_jsonl_text_has_exact_lengths_unique_heads_and_source_text(tm
 
     async def go():
         async with OpenAIClient(server.url, settings=settings.request) as client:
-            return await run_sweep(client, settings, ResultWriter(tmp_path))
+            return await run_sweep(client, settings, JobFolder(tmp_path))
 
     with reference_server(ttft_ms=1, itl_ms=1) as server:
         summary = asyncio.run(go())
