@@ -478,6 +478,7 @@ async def _probe(args: argparse.Namespace) -> int:
     from agent.loadgen.client import OpenAIClient
     from agent.loadgen.probe import PROBE_PROMPTS, run_probe
     from agent.results import ResultWriter
+    from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
     from cli.outdir import move_aside, prepare_out
     from contract.results import ProbeSummary
     from contract.suite import ProbeSettings
@@ -517,7 +518,10 @@ async def _probe(args: argparse.Namespace) -> int:
         if aside:
             console.print(f"earlier results moved to {aside}")
         writer = ResultWriter(out)
-        with _progress(total, "probe") as advance:
+        with (
+            _progress(total, "probe") as advance,
+            polling(client.base_url, out / SERVER_METRICS_FILE, "probe"),
+        ):
             summary = await run_probe(client, settings, writer, progress=advance)
     _standalone(out, "probe", summary.base_url, [summary.model], settings)
     print_tables(console, [probe_table(report_of([out]))])
@@ -560,11 +564,7 @@ async def _sweep(args: argparse.Namespace) -> int:
     from agent.loadgen.sweep import count_requests, run_sweep
     from agent.loadgen.text_sources import load_source
     from agent.results import ResultWriter
-    from agent.telemetry.server_metrics import (
-        SERVER_METRICS_FILE,
-        ServerMetricsCsv,
-        ServerMetricsPoller,
-    )
+    from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
     from cli.outdir import prepare_out
     from contract.results import REQUESTS_FILE, VLLM_EXPORT_FILE, SweepSummary
     from contract.suite import SweepSettings
@@ -627,24 +627,19 @@ async def _sweep(args: argparse.Namespace) -> int:
             if moved:
                 console.print(f"set aside {moved} line(s) of the cell that was interrupted")
         total = count_requests(settings) if settings.mode == "burst" else None
-        rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
-        try:
-            with (
-                _progress(total, "sweep") as advance,
-                ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
-            ):
-                rows.job_id = "sweep"
-                summary = await run_sweep(
-                    client,
-                    settings,
-                    writer,
-                    progress=advance,
-                    source=source,
-                    server_metrics=server_metrics,
-                    previous=previous,
-                )
-        finally:
-            rows.close()
+        with (
+            _progress(total, "sweep") as advance,
+            polling(client.base_url, out / SERVER_METRICS_FILE, "sweep") as server_metrics,
+        ):
+            summary = await run_sweep(
+                client,
+                settings,
+                writer,
+                progress=advance,
+                source=source,
+                server_metrics=server_metrics,
+                previous=previous,
+            )
     _standalone(out, "sweep", summary.base_url, [summary.model], settings)
     if settings.mode == "rate":
         from cli.rate_table import rate_table

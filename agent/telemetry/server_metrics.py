@@ -8,18 +8,21 @@ summed over their labels (ranks, engines), except acceptance per draft position,
 kept per position.
 
 `ServerMetricsPoller` reads the page every `interval_s` (0.5 s) on its own thread, hands
-each reading to a sink (telemetry rows) and keeps the latest; a server without the endpoint,
-or one that stops answering, costs one log line and no failure. Counter deltas between two
-readings (`delta`) give a cell's prefix-cache hits and a drafter's acceptance.
+each reading to a sink (telemetry rows) and keeps the latest; `polling` is how every job
+(probe, sweep, eval; campaign or standalone) runs one, its rows tagged with the job's id. A
+server without the endpoint, or one that stops answering, costs one log line, no failure.
+Counter deltas between two readings (`delta`) give a cell's prefix-cache hits and a
+drafter's acceptance.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +41,7 @@ __all__ = [
     "annotate_cell",
     "delta",
     "parse_metrics",
+    "polling",
 ]
 
 log = logging.getLogger(__name__)
@@ -312,3 +316,18 @@ class ServerMetricsPoller:
                 self._stop.wait(max(0.0, next_at - time.perf_counter()))
                 if time.perf_counter() > next_at + self.interval_s:
                     next_at = time.perf_counter()  # fell behind: skip, do not burst
+
+
+@contextlib.contextmanager
+def polling(
+    base_url: str, path: Path, job_id: str, *, headers: dict[str, str] | None = None
+) -> Iterator[ServerMetricsPoller]:
+    """Poll `base_url/metrics` for the block, appending rows tagged `job_id` to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = ServerMetricsCsv(path)
+    rows.job_id = job_id
+    try:
+        with ServerMetricsPoller(base_url, sink=rows, headers=headers) as poller:
+            yield poller
+    finally:
+        rows.close()

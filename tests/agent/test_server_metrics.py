@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import csv
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,6 +17,7 @@ from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import run_sweep
 from agent.results import ResultWriter
 from agent.telemetry.server_metrics import (
+    SERVER_METRICS_FILE,
     ServerMetricsPoller,
     annotate_cell,
     delta,
@@ -22,7 +27,9 @@ from contract.results import CellResult
 from contract.suite import PromptCalibration, RequestSettings, Shape, SweepSettings
 from engines.recipes import get_recipe
 from refserver.harness import reference_server
+from tests.agent.evals.conftest import GSM8K_FIXTURE
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 PAGES = Path(__file__).parent / "data" / "metrics"
 
 
@@ -133,3 +140,32 @@ def test_llamacpp_live_metrics_and_a_clean_sweep_cell(llama_server_url: str, tmp
     (cell,) = summary.cells
     assert cell.server is not None and not cell.prefix_cache_suspect
     assert poller.cpu_s >= 0
+
+
+def _bench(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "cli.main", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(REPO_ROOT)},
+    )
+
+
+def test_standalone_probe_and_eval_poll_the_server_too(llama_server_url: str, tmp_path: Path):
+    probe = _bench(
+        "probe", llama_server_url, "--output-tokens", "8", "--repeats", "1", "--at-once", "2",
+        "--out", str(tmp_path / "probe"),
+    )  # fmt: skip
+    evaluated = _bench(
+        "eval", "gsm8k", llama_server_url + "/v1", "--data", str(GSM8K_FIXTURE),
+        "--limit", "2", "--out", str(tmp_path / "eval"),
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    assert evaluated.returncode == 0, evaluated.stderr
+    for folder, job_id in (("probe", "probe"), ("eval", "gsm8k")):
+        with (tmp_path / folder / SERVER_METRICS_FILE).open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert rows, f"{folder}: no /metrics rows"
+        assert {row["job_id"] for row in rows} == {job_id}
+        assert all(row["source"] == "server" and row["requests_running"] for row in rows)
