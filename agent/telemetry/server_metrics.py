@@ -42,6 +42,7 @@ __all__ = [
     "delta",
     "parse_metrics",
     "polling",
+    "with_response_drafts",
 ]
 
 log = logging.getLogger(__name__)
@@ -196,6 +197,23 @@ def annotate_cell(
             update["prefix_cache_suspect"] = True
             update["reason"] = f"{cell.reason}; {why}" if cell.reason else why
     return cell.model_copy(update=update)
+
+
+def with_response_drafts(cell: CellResult) -> CellResult:
+    """The cell with its drafter's counts taken from the responses themselves (llama.cpp's
+    per-response `timings`), where the server's /metrics counted no drafts."""
+    windows = [w for w in cell.repeats if w.draft_tokens is not None]
+    if not windows or (cell.server is not None and cell.server.spec_draft_tokens is not None):
+        return cell
+    drafted = float(sum(w.draft_tokens or 0 for w in windows))
+    accepted = float(sum(w.draft_accepted_tokens or 0 for w in windows))
+    server = cell.server or ServerCounters(seconds=sum(w.duration_s for w in windows))
+    counts = {
+        "spec_draft_tokens": drafted,
+        "spec_accepted_tokens": accepted,
+        "spec_acceptance_rate": accepted / drafted if drafted else None,
+    }
+    return cell.model_copy(update={"server": server.model_copy(update=counts)})
 
 
 Sink = Callable[[ServerReading], None]
