@@ -368,6 +368,9 @@ class CampaignRunner:
             port=served.port,
             version_text=version_text,
             binary_sha256=binary_sha256,
+            patches=list(installed.patches),
+            extra_packages=list(installed.extra_packages),
+            built_from_source=installed.built_from_source,
         )
         engines.append(engine)
         before_mib = gpu_memory_used_mib()
