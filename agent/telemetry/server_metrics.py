@@ -31,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contract.results import CellResult, ServerCounters
 from contract.suite import PromptCalibration
+from contract.telemetry import SERVER_METRICS_FILE
 
 __all__ = [
     "SERVER_FIELDS",
@@ -217,7 +218,6 @@ def with_response_drafts(cell: CellResult) -> CellResult:
 
 
 Sink = Callable[[ServerReading], None]
-SERVER_METRICS_FILE = "server_metrics.csv"
 SERVER_COLUMNS = ("time_unix_s", "time_perf_ns", "job_id", "source", *SERVER_FIELDS)
 
 
