@@ -29,6 +29,7 @@ except ImportError as exc:  # the `plots` extra is not installed
 from contract.telemetry_samples import GpuSample, HostSample, read_telemetry_csv
 from report.load import ShardResults
 from report.pareto import pareto_plots
+from report.rate import rate_plots
 from report.rows import Report, SweepGrid
 from report.server import server_samples
 
@@ -446,6 +447,7 @@ def draw_all(report: Report, out: Path) -> list[Plot]:
         if view:
             plots.append(view)
     plots += [Plot(*drawn) for drawn in pareto_plots(report, out)]
+    plots += [Plot(*drawn) for drawn in rate_plots(report.rates, out)]
     extra = eval_time_plot(report, out)
     if extra:
         plots.append(extra)
