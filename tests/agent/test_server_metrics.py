@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import csv
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,8 +25,8 @@ from contract.suite import PromptCalibration, RequestSettings, Shape, SweepSetti
 from engines.recipes import get_recipe
 from refserver.harness import reference_server
 from tests.agent.evals.conftest import GSM8K_FIXTURE
+from tests.fixtures.bench_cli import bench
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PAGES = Path(__file__).parent / "data" / "metrics"
 
 
@@ -142,22 +139,12 @@ def test_llamacpp_live_metrics_and_a_clean_sweep_cell(llama_server_url: str, tmp
     assert poller.cpu_s >= 0
 
 
-def _bench(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(REPO_ROOT)},
-    )
-
-
 def test_standalone_probe_and_eval_poll_the_server_too(llama_server_url: str, tmp_path: Path):
-    probe = _bench(
+    probe = bench(
         "probe", llama_server_url, "--output-tokens", "8", "--repeats", "1", "--at-once", "2",
         "--out", str(tmp_path / "probe"),
     )  # fmt: skip
-    evaluated = _bench(
+    evaluated = bench(
         "eval", "gsm8k", llama_server_url + "/v1", "--data", str(GSM8K_FIXTURE),
         "--limit", "2", "--out", str(tmp_path / "eval"),
     )  # fmt: skip
