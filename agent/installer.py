@@ -35,7 +35,7 @@ from contract.processes import end_process_group
 from engines.builds.llamacpp import default_cache_root
 from engines.recipes import EngineRecipe, render_install
 from engines.recipes.project import ProjectSourceError, project_source
-from engines.recipes.render import GpuCC
+from engines.recipes.render import GpuCC, RenderedInstallStep
 
 __all__ = ["EngineInstallError", "InstalledEngine", "install_engine"]
 
@@ -67,6 +67,11 @@ class InstalledEngine:
     install_s: float
     steps_run: int
     steps_skipped: int
+    # What it took beyond the engine's own release, for the manifest (the seeds' "runs as
+    # installed"): patches applied, packages added beside it, and whether anything compiled.
+    patches: tuple[str, ...] = ()
+    extra_packages: tuple[str, ...] = ()
+    built_from_source: bool = False
 
     def path_env(self, base: str | None = None) -> str:
         return os.pathsep.join(p for p in (str(self.bin_dir), base or os.environ["PATH"]) if p)
@@ -163,6 +168,7 @@ def install_engine(
             raise EngineInstallError(
                 recipe.name, "lock", f"another install of {env_dir} held it past the limit"
             ) from exc
+    patches, extras, built = install_facts(recipe, steps)
     return InstalledEngine(
         engine=recipe.name,
         python=str(python),
@@ -171,7 +177,41 @@ def install_engine(
         install_s=time.monotonic() - started,
         steps_run=ran,
         steps_skipped=skipped,
+        patches=patches,
+        extra_packages=extras,
+        built_from_source=built,
     )
+
+
+# pip options whose next word is a value, not a package.
+_PIP_VALUED = frozenset(
+    {"-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url"}
+    | {"-f", "--find-links", "-t", "--target", "--python-version", "--platform"}
+)
+
+
+def install_facts(
+    recipe: EngineRecipe, steps: tuple[RenderedInstallStep, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """(patches, extra packages, built from source) of a rendered install.
+
+    Extra packages are what the GPU variant's added pip steps install beside the engine's own
+    install; anything compiled (CMake, cargo) is built from source.
+    """
+    own = {s.name for s in recipe.install} | {
+        s.name for v in recipe.variants.values() for s in (v.install or ())
+    }
+    patches = tuple(s.name.removeprefix("patch ") for s in steps if s.kind == "patch")
+    extras: list[str] = []
+    for step in steps:
+        if step.kind != "pip" or step.name in own or "install" not in step.argv:
+            continue
+        words = step.argv[step.argv.index("install") + 1 :]
+        for before, word in zip(("", *words), words, strict=False):
+            if not word.startswith("-") and before not in _PIP_VALUED and word not in extras:
+                extras.append(word)
+    built = any(s.kind in ("cmake", "cargo") for s in steps)
+    return patches, tuple(extras), built
 
 
 def _run_steps(
@@ -267,9 +307,7 @@ _STOPPED = -1000
 _TIMED_OUT = -1001
 
 
-def _wait(
-    process: subprocess.Popen[bytes], started: float, should_stop: Callable[[], bool]
-) -> int:
+def _wait(process: subprocess.Popen[bytes], started: float, should_stop: Callable[[], bool]) -> int:
     """The step's exit code, or _STOPPED / _TIMED_OUT after ending its process group."""
     while True:
         try:

@@ -47,11 +47,7 @@ from agent.provenance import (
 from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
 from agent.supervisor import EngineError, EngineServer, choose_port, free_port, port_in_use
 from agent.telemetry import TelemetrySampler
-from agent.telemetry.server_metrics import (
-    SERVER_METRICS_FILE,
-    ServerMetricsCsv,
-    ServerMetricsPoller,
-)
+from agent.telemetry.server_metrics import SERVER_METRICS_FILE, ServerMetricsPoller, polling
 from contract.files import tail, write_atomic
 from contract.jobs import MANIFEST_FILE, EngineServed, JobRecord, Manifest, RunSpan
 from contract.layout import JOBS_DIR
@@ -101,7 +97,9 @@ class _NoStatus:
         log.info("job %d/%d: %s", index, total, job)
 
 
-_ItemHandler = Callable[["Job", RenderedServe, JobFolder], Awaitable[int | None]]
+_ItemHandler = Callable[
+    ["Job", RenderedServe, JobFolder, ServerMetricsPoller], Awaitable[int | None]
+]
 
 
 @dataclass(frozen=True)
@@ -361,6 +359,9 @@ class CampaignRunner:
             port=served.port,
             version_text=version_text,
             binary_sha256=binary_sha256,
+            patches=list(installed.patches),
+            extra_packages=list(installed.extra_packages),
+            built_from_source=installed.built_from_source,
         )
         engines.append(engine)
         before_mib = gpu_memory_used_mib()
@@ -561,9 +562,15 @@ class CampaignRunner:
             "gsm8k": self._eval,
             "bfcl": self._eval,
         }
-        return await handlers[job.item](job, served, folder)
+        # Every job, not only sweeps, leaves the server's own view in server_metrics.csv.
+        with polling(
+            served.base_url, self.shard_dir / SERVER_METRICS_FILE, job.job_id
+        ) as server_metrics:
+            return await handlers[job.item](job, served, folder, server_metrics)
 
-    async def _probe(self, job: Job, served: RenderedServe, folder: JobFolder) -> int | None:
+    async def _probe(
+        self, job: Job, served: RenderedServe, folder: JobFolder, _: ServerMetricsPoller
+    ) -> int | None:
         if self.spec.suite.probe is None:
             raise ValueError(f"suite item {job.item!r} is not configured")
         request = served.request_settings(self.spec.suite.probe.request)
@@ -580,7 +587,13 @@ class CampaignRunner:
             )
         return None
 
-    async def _sweep(self, job: Job, served: RenderedServe, folder: JobFolder) -> int | None:
+    async def _sweep(
+        self,
+        job: Job,
+        served: RenderedServe,
+        folder: JobFolder,
+        server_metrics: ServerMetricsPoller,
+    ) -> int | None:
         if self.spec.suite.sweep is None:
             raise ValueError(f"suite item {job.item!r} is not configured")
         request = served.request_settings(self.spec.suite.sweep.request)
@@ -591,19 +604,13 @@ class CampaignRunner:
             source = load_source(
                 settings.prompts, gsm8k_data=self.gsm8k_data, data_dir=self.work_dir / "data"
             )
-            rows = ServerMetricsCsv(self.shard_dir / SERVER_METRICS_FILE)
-            rows.job_id = job.job_id
-            try:
-                with ServerMetricsPoller(served.base_url, sink=rows) as server_metrics:
-                    sweep = await run_sweep(
-                        client,
-                        settings,
-                        folder,
-                        source=source,
-                        server_metrics=server_metrics,
-                    )
-            finally:
-                rows.close()
+            sweep = await run_sweep(
+                client,
+                settings,
+                folder,
+                source=source,
+                server_metrics=server_metrics,
+            )
         if sweep.counts["measured"] == 0:
             raise RuntimeError(f"no cell measured ({sweep.counts})")
         lossy = [c for c in sweep.cells if c.status in ("partial", "failed")]
@@ -615,7 +622,9 @@ class CampaignRunner:
             )
         return sum(w.output_tokens for c in sweep.cells for w in c.repeats)
 
-    async def _eval(self, job: Job, served: RenderedServe, folder: JobFolder) -> int | None:
+    async def _eval(
+        self, job: Job, served: RenderedServe, folder: JobFolder, _: ServerMetricsPoller
+    ) -> int | None:
         suite = self.spec.suite
         eval_settings = suite.gsm8k if job.item == "gsm8k" else suite.bfcl
         if eval_settings is None:

@@ -85,9 +85,7 @@ def _settings(args: argparse.Namespace) -> GSM8KSettings | BFCLSettings:
     from contract.evals import BFCLSettings, GSM8KSettings
     from contract.suite import RequestSettings
 
-    request = RequestSettings(
-        endpoint=args.endpoint, force_output="none", timeout_s=args.timeout_s
-    )
+    request = RequestSettings(endpoint=args.endpoint, force_output="none", timeout_s=args.timeout_s)
     common: dict[str, object] = {
         "limit": args.limit,
         "concurrency": args.concurrency,
@@ -127,7 +125,9 @@ async def _run(args: argparse.Namespace, console: Console) -> EvalSummary:
 
     from agent.evals.gsm8k import GSM8K_TEST_SHA256
     from agent.evals.runner import load_task, run_eval
+    from agent.loadgen.client import normalise_base_url
     from agent.standalone import write_standalone_manifest
+    from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
     from contract.evals import AnswerRecord
 
     settings = _settings(args)
@@ -153,11 +153,10 @@ async def _run(args: argparse.Namespace, console: Console) -> EvalSummary:
             seen["answered"] += 1
             seen["correct"] += int(record.correct)
             accuracy = seen["correct"] / seen["answered"]
-            progress.update(
-                bar, advance=1, description=f"{args.eval} accuracy {accuracy:.1%}"
-            )
+            progress.update(bar, advance=1, description=f"{args.eval} accuracy {accuracy:.1%}")
 
-        summary = await run_eval(task, args.url, out, model=args.model, progress=advance)
+        with polling(normalise_base_url(args.url), out / SERVER_METRICS_FILE, args.eval):
+            summary = await run_eval(task, args.url, out, model=args.model, progress=advance)
     write_standalone_manifest(
         out,
         kind="eval",

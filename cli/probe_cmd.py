@@ -13,6 +13,7 @@ from rich.console import Console
 from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import probe_request_count, resumable, run_probe
+from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
 from cli.outdir import nothing_left_unless_measured, prepare_out
 from cli.parser import out_mode
 from cli.standalone import (
@@ -100,7 +101,10 @@ async def _measure(
             f"resuming: {len(done)} of {probe_request_count(settings)} request(s) kept"
             + (f", {moved} line(s) set aside" if moved else "")
         )
-    with progress_bar(probe_request_count(settings), "probe") as advance:
+    with (
+        progress_bar(probe_request_count(settings), "probe") as advance,
+        polling(client.base_url, out / SERVER_METRICS_FILE, "probe"),
+    ):
         return await run_probe(
             client, settings, writer, progress=advance, previous=previous, done=done
         )

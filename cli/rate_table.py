@@ -1,38 +1,16 @@
-"""The end-of-run table of a rate-mode sweep: one row per shape and request rate."""
+"""The end-of-run tables of a rate-mode sweep: the report's latency-against-rate view."""
 
 from __future__ import annotations
 
-from rich.table import Table
+from rich.console import Group
 
-from contract import metrics
 from contract.results import SweepSummary
+from report.console import to_rich
+from report.rate import rate_rows_of, rate_tables
 
 __all__ = ["rate_table"]
 
 
-def _num(value: float | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:,.{digits}f}"
-
-
-def rate_table(summary: SweepSummary) -> Table:
-    """Offered vs served, latency and the scheduler's own lag, medians over repeats."""
-    table = Table(title="Request-rate sweep (median of repeats)")
-    columns = ("shape", "rate/s", "offered/s", "served req/s", "out tok/s", "TTFT p50 ms",
-               "lag p99 ms", "status", "over-saturated")  # fmt: skip
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("shape", "status") else "right")
-    for cell in summary.cells:
-        offered = [w.arrivals for w in cell.repeats if w.arrivals is not None]
-        lag_p99 = metrics.median(a.schedule_lag_ms.p99 for a in offered if a.schedule_lag_ms.p99)
-        table.add_row(
-            cell.shape,
-            _num(cell.request_rate, 2),
-            _num(metrics.median(a.offered_rate for a in offered if a.offered_rate), 2),
-            _num(metrics.median(w.request_per_s for w in cell.repeats if w.request_per_s), 2),
-            _num(cell.aggregate_output_tok_s_median),
-            _num(cell.ttft_ms_p50_median),
-            _num(lag_p99, 2),
-            cell.status + (" (prefix cache!)" if cell.prefix_cache_suspect else ""),
-            "yes" if cell.over_saturated else "no",
-        )
-    return table
+def rate_table(summary: SweepSummary) -> Group:
+    """Offered vs served, TTFT/TPOT/E2EL percentiles and the scheduler's lag, per shape."""
+    return Group(*(to_rich(t) for t in rate_tables(rate_rows_of(summary.model, summary))))

@@ -15,11 +15,7 @@ from agent.loadgen.arrivals import connections_for
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import count_requests, run_sweep
 from agent.loadgen.text_sources import TextSource, load_source
-from agent.telemetry.server_metrics import (
-    SERVER_METRICS_FILE,
-    ServerMetricsCsv,
-    ServerMetricsPoller,
-)
+from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
 from cli.outdir import nothing_left_unless_measured, prepare_out
 from cli.parser import out_mode
 from cli.rate_table import rate_table
@@ -131,24 +127,19 @@ async def _measure(
         if moved:
             screen.print(f"set aside {moved} line(s) of the cell that was interrupted")
     total = count_requests(settings) if settings.mode == "burst" else None
-    rows = ServerMetricsCsv(out / SERVER_METRICS_FILE)
-    try:
-        with (
-            progress_bar(total, "sweep") as advance,
-            ServerMetricsPoller(client.base_url, sink=rows) as server_metrics,
-        ):
-            rows.job_id = "sweep"
-            summary = await run_sweep(
-                client,
-                settings,
-                writer,
-                progress=advance,
-                source=source,
-                server_metrics=server_metrics,
-                previous=previous,
-            )
-    finally:
-        rows.close()
+    with (
+        progress_bar(total, "sweep") as advance,
+        polling(client.base_url, out / SERVER_METRICS_FILE, "sweep") as server_metrics,
+    ):
+        summary = await run_sweep(
+            client,
+            settings,
+            writer,
+            progress=advance,
+            source=source,
+            server_metrics=server_metrics,
+            previous=previous,
+        )
     return summary
 
 

@@ -57,6 +57,12 @@ class EngineServed(_Record):
     gpu_memory_released: bool | None = Field(
         None, description="GPU memory back within 1 GiB of before the server (NVML), per stop"
     )
+    # Install facts (None in manifests written before they were recorded).
+    patches: list[str] | None = Field(None, description="patches applied to the engine")
+    extra_packages: list[str] | None = Field(
+        None, description="packages installed beside the engine's own release"
+    )
+    built_from_source: bool | None = Field(None, description="anything compiled at install")
 
 
 class JobRecord(_Record):

@@ -233,6 +233,7 @@ def window_stats(
     per_s = (lambda count: count / duration_s) if duration_s > 0 else (lambda count: None)
     slos_given = any(s is not None for s in (slo_ttft_ms, slo_tpot_ms, slo_e2el_ms))
     good = sum(1 for r in ok if _meets_slos(r, slo_ttft_ms, slo_tpot_ms, slo_e2el_ms))
+    drafted = [r for r in ok if r.draft_tokens is not None]
     errors: list[str] = []
     for r in failed:
         message = r.error or "no output tokens"
@@ -253,6 +254,10 @@ def window_stats(
         in_flight_mean=(in_flight_ns / (end_ns - start_ns)) if end_ns > start_ns else None,
         usage_mismatches=sum(1 for r in ok if r.usage_chunk_mismatch),
         prefix_cache_hit_tokens=sum(r.cached_prompt_tokens or 0 for r in ok),
+        draft_tokens=sum(r.draft_tokens or 0 for r in drafted) if drafted else None,
+        draft_accepted_tokens=sum(r.draft_accepted_tokens or 0 for r in drafted)
+        if drafted
+        else None,
         ttft_ms=distribution(ttft_ms(r) for r in ok),
         tpot_ms=distribution(tpot_ms(r) for r in ok),
         itl_ms=distribution(gap for r in ok for gap, _ in itl_gaps_ms(r)),

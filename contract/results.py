@@ -127,6 +127,12 @@ class RequestRecord(_Record):
     cached_prompt_tokens: int | None = Field(
         None, description="usage.prompt_tokens_details.cached_tokens: prefix-cache hits"
     )
+    draft_tokens: int | None = Field(
+        None, description="tokens the drafter proposed for this response (llama.cpp draft_n)"
+    )
+    draft_accepted_tokens: int | None = Field(
+        None, description="of those, accepted by the target (llama.cpp draft_n_accepted)"
+    )
     input_tokens_target: int | None = None
     output_tokens_target: int | None = None
     forced_output: list[ForcedOutput] = Field(default_factory=list)
@@ -200,6 +206,10 @@ class WindowStats(_Record):
     in_flight_mean: float | None = Field(description="time-weighted requests in flight")
     usage_mismatches: int
     prefix_cache_hit_tokens: int
+    draft_tokens: int | None = Field(
+        None, description="summed over the window's completed responses that report it"
+    )
+    draft_accepted_tokens: int | None = None
     ttft_ms: Distribution
     tpot_ms: Distribution
     itl_ms: Distribution
@@ -211,7 +221,9 @@ class WindowStats(_Record):
 
 
 class ServerCounters(_Record):
-    """What the server's own /metrics counted over a span (a cell): None = not published."""
+    """What the server counted over a span (a cell): its /metrics, or for the drafter's
+    tokens where /metrics has none, its per-response counts (llama.cpp `timings`).
+    None = not published."""
 
     seconds: float
     preemptions: float | None = None

@@ -30,6 +30,7 @@ __all__ = [
     "COMMON_COLUMNS",
     "GPU_COLUMNS",
     "HOST_COLUMNS",
+    "SERVER_METRICS_FILE",
     "TELEMETRY_COLUMNS",
     "TELEMETRY_FILE",
     "GpuDeviceInfo",
@@ -40,6 +41,8 @@ __all__ = [
 ]
 
 TELEMETRY_FILE = "telemetry.csv"
+# The server's own /metrics, one row per reading, beside telemetry.csv (source "server").
+SERVER_METRICS_FILE = "server_metrics.csv"
 TelemetrySource = Literal["gpu", "host"]
 
 COMMON_COLUMNS: tuple[str, ...] = ("time_unix_s", "time_perf_ns", "job_id", "source")

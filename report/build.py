@@ -15,6 +15,7 @@ from report.energy import energy_rows
 from report.load import CampaignResults, ResultsError
 from report.one_request import drafter_rows, probe_rows
 from report.prices import PriceBook
+from report.rate import rate_rows
 from report.rows import Report, Slo
 from report.scope import not_measured, scope_lines
 from report.server import wait_rows
@@ -92,4 +93,5 @@ def build_report(
         site_best=best_sites,
         use_cases=use_cases(best_sites) if len(sites(arms)) > 1 else [],
         waits=wait_rows(campaign, [g.shape for g in grids]),
+        rates=rate_rows(arms),
     )

@@ -31,7 +31,7 @@ from contract.jobs import (
 from contract.layout import JOBS_DIR
 from contract.results import REQUESTS_FILE, SUMMARY_FILE, ProbeSummary, SweepSummary
 from contract.suite import SUITE_ITEMS, SuiteItem
-from contract.telemetry import TELEMETRY_FILE, TelemetrySummary
+from contract.telemetry import SERVER_METRICS_FILE, TELEMETRY_FILE, TelemetrySummary
 
 __all__ = [
     "ITEMS",
@@ -122,6 +122,11 @@ class ShardResults:
     @property
     def telemetry_path(self) -> Path | None:
         path = self.path / TELEMETRY_FILE
+        return path if path.is_file() else None
+
+    @property
+    def server_metrics_path(self) -> Path | None:
+        path = self.path / SERVER_METRICS_FILE
         return path if path.is_file() else None
 
     @property

@@ -29,8 +29,9 @@ except ImportError as exc:  # the `plots` extra is not installed
 from contract.telemetry_samples import GpuSample, HostSample, read_telemetry_csv
 from report.load import ShardResults
 from report.pareto import pareto_plots
+from report.rate import rate_plots
 from report.rows import Report, SweepGrid
-from report.server import read_server_samples
+from report.server import server_samples
 
 __all__ = ["Plot", "draw_all"]
 
@@ -217,9 +218,31 @@ def _minutes(unix_s: float, start: float) -> float:
     return (unix_s - start) / 60.0
 
 
+def _overlay_server(top, bottom, shard: ShardResults, start: float) -> bool:
+    """The server's queue (requests waiting) over the top panel and its KV-cache use over the
+    bottom one, dashed on right-hand axes, where the server's metrics were recorded."""
+    samples = _thin(server_samples(shard))
+    xs = [_minutes(s.time_unix_s, start) for s in samples]
+    waiting = [(x, s.waiting) for x, s in zip(xs, samples, strict=True) if s.waiting is not None]
+    kv = [(x, s.kv_pct) for x, s in zip(xs, samples, strict=True) if s.kv_pct is not None]
+    for ax, points, colour, name, top_of in (
+        (top, waiting, _COLOURS[3], "server: requests waiting", None),
+        (bottom, kv, _COLOURS[4], "server: KV-cache use, %", 100.0),
+    ):
+        if not points:
+            continue
+        right = ax.twinx()
+        right.plot(*zip(*points, strict=True), color=colour, linewidth=1, linestyle="--")
+        right.set_ylabel(name, color=colour)
+        peak = max(1.0, *(v for _, v in points))
+        # The same head room as the left axis above the top panel, for the job names.
+        right.set_ylim(0, (top_of or peak) * (1.6 if ax is top else 1.05))
+    return bool(waiting or kv)
+
+
 def telemetry_plot(shard: ShardResults, out: Path, *, several: bool) -> Plot | None:
     """GPU power and memory over the run (host CPU and engine RSS when no GPU was sampled),
-    each job shaded and named."""
+    each job shaded and named, with the server's queue and KV-cache use where recorded."""
     path = shard.telemetry_path
     if path is None:
         return None
@@ -293,6 +316,7 @@ def telemetry_plot(shard: ShardResults, out: Path, *, several: bool) -> Plot | N
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
     # Head room above the power trace for the job names.
     top.set_ylim(0, top.get_ylim()[1] * 1.6)
+    overlaid = _overlay_server(top, bottom, shard, start)
     bottom.set_xlabel("minutes since the shard started")
     title = f"{what} over the run"
     if several:
@@ -307,15 +331,20 @@ def telemetry_plot(shard: ShardResults, out: Path, *, several: bool) -> Plot | N
         key=f"telemetry-{shard.name}",
         title=f"Telemetry over the run, shard {shard.name}",
         path=file,
-        caption=f"{what}; shaded: each job, named; from {started}.",
+        caption=f"{what}; shaded: each job, named; from {started}."
+        + (
+            " Dashed, right-hand axes: the server's own requests waiting (top) and KV-cache "
+            "use (bottom), polled from its /metrics."
+            if overlaid
+            else ""
+        ),
     )
 
 
 def server_plot(shard: ShardResults, out: Path, *, several: bool) -> Plot | None:
     """The engine's own view where it was recorded: requests waiting and running in its
     queue (top) and KV-cache use (bottom) over the run, each job shaded and named."""
-    path = shard.telemetry_path
-    samples = read_server_samples(path) if path else []
+    samples = server_samples(shard)
     if not samples:
         return None
     start = shard.manifest.started_unix_s
@@ -418,6 +447,7 @@ def draw_all(report: Report, out: Path) -> list[Plot]:
         if view:
             plots.append(view)
     plots += [Plot(*drawn) for drawn in pareto_plots(report, out)]
+    plots += [Plot(*drawn) for drawn in rate_plots(report.rates, out)]
     extra = eval_time_plot(report, out)
     if extra:
         plots.append(extra)

@@ -68,6 +68,11 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
             _pick(tables, "sweep"),
             _plots(plots, "throughput") + _plots(plots, "ttft"),
         ),
+        *(
+            [Section("Latency against request rate", [], [], rates, _plots(plots, "rate-"))]
+            if (rates := _pick(tables, "rate"))
+            else []
+        ),
         Section(
             "Per-user speed and the SLO",
             [],

@@ -45,6 +45,7 @@ __all__ = [
     "usd_per_million",
 ]
 
+
 @dataclass(frozen=True, slots=True)
 class Spread:
     """Run-to-run spread of one figure: the lowest and highest of n repeats."""
@@ -383,6 +384,29 @@ class WaitRow:
     levels_seen: int  # cells with server samples inside their windows
 
 
+@dataclass(frozen=True)
+class RateRow:
+    """One rate-mode cell: latency percentiles at one offered request rate."""
+
+    label: str
+    shape: str
+    max_concurrency: int  # 0: no cap
+    rate: float  # requests per second asked for
+    status: str
+    reason: str | None = None
+    offered_rate: float | None = None
+    served_rate: float | None = None
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    tpot_p99_ms: float | None = None
+    e2el_p50_ms: float | None = None
+    e2el_p99_ms: float | None = None
+    lag_p99_ms: float | None = None
+    over_saturated: bool = False
+    requests_failed: int = 0
+
+
 @dataclass
 class Report:
     campaign: str
@@ -413,5 +437,4 @@ class Report:
     site_best: list[SiteBest] = field(default_factory=list)
     use_cases: list[UseCase] = field(default_factory=list)
     waits: list[WaitRow] = field(default_factory=list)
-
-
+    rates: list[RateRow] = field(default_factory=list)  # rate-mode cells, every arm

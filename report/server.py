@@ -1,11 +1,13 @@
 """What the server saw during the sweep, where the agent recorded the engine's own metrics:
 the level at which requests start waiting in the server's queue, and the peak KV-cache use.
 
-Server rows are read from `telemetry.csv` as written, by column name, so this works with
-whatever columns a recorded file has: rows whose `source` is "server", with requests
+Server rows are read from `server_metrics.csv` (the agent's poller) and `telemetry.csv` as
+written, by column name, so this works with whatever columns a recorded file has: rows
+whose `source` is "server", with requests
 waiting (`requests_waiting`, `num_requests_waiting`), running (`requests_running`,
 `num_requests_running`) and KV-cache use in percent (`kv_cache_usage_pct`, `kv_cache_pct`;
-vLLM's 0..1 `gpu_cache_usage_perc`/`kv_cache_usage_perc` scaled to percent). A sweep
+the poller's and vLLM's 0..1 `kv_cache_usage`/`gpu_cache_usage_perc`/`kv_cache_usage_perc`
+scaled to percent). A sweep
 cell's windows are placed on the samples' perf-counter axis as `report.energy` places them
 (each window ends at its last measured finish and lasts its duration); a cell queued when
 any sample inside one of its windows had a request waiting.
@@ -19,15 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from report.energy import window_spans
-from report.load import CampaignResults, requests_path
+from report.load import CampaignResults, ShardResults, requests_path
 from report.rows import WaitRow
 
-__all__ = ["ServerSample", "read_server_samples", "wait_rows"]
+__all__ = ["ServerSample", "read_server_samples", "server_samples", "wait_rows"]
 
 _WAITING = ("requests_waiting", "num_requests_waiting")
 _RUNNING = ("requests_running", "num_requests_running")
 _KV_PCT = ("kv_cache_usage_pct", "kv_cache_pct")
-_KV_FRACTION = ("gpu_cache_usage_perc", "kv_cache_usage_perc")
+_KV_FRACTION = ("kv_cache_usage", "gpu_cache_usage_perc", "kv_cache_usage_perc")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +81,21 @@ def read_server_samples(path: Path) -> list[ServerSample]:
     return out
 
 
+def server_samples(shard: ShardResults) -> list[ServerSample]:
+    """The shard's server rows from both files, in time order."""
+    samples = [
+        sample
+        for path in (shard.server_metrics_path, shard.telemetry_path)
+        if path is not None
+        for sample in read_server_samples(path)
+    ]
+    return sorted(samples, key=lambda s: s.time_perf_ns)
+
+
 def wait_rows(campaign: CampaignResults, shapes: Sequence[str]) -> list[WaitRow]:
     rows = []
     for shard in campaign.shards:
-        path = shard.telemetry_path
-        samples = read_server_samples(path) if path else []
+        samples = server_samples(shard)
         if not samples:
             continue
         for arm in shard.arms:

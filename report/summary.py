@@ -36,21 +36,15 @@ def install_facts(arms: Sequence[ArmResults]) -> str:
         engine = arm.engine
         if engine is None:
             continue
-        for name in ("patches", "patches_applied"):
-            value = getattr(engine, name, None)
-            if value is not None:
-                recorded = True
-                patches += [str(v) for v in value if str(v) not in patches]
-        for name in ("extra_packages", "extras"):
-            value = getattr(engine, name, None)
-            if value is not None:
-                recorded = True
-                extras += [str(v) for v in value if str(v) not in extras]
-        for name in ("built_from_source", "build_from_source"):
-            value = getattr(engine, name, None)
-            if value is not None:
-                recorded = True
-                built = built or bool(value)
+        if engine.patches is not None:
+            recorded = True
+            patches += [p for p in engine.patches if p not in patches]
+        if engine.extra_packages is not None:
+            recorded = True
+            extras += [e for e in engine.extra_packages if e not in extras]
+        if engine.built_from_source is not None:
+            recorded = True
+            built = built or engine.built_from_source
     if not recorded:
         return "not recorded"
     if patches:

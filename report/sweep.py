@@ -25,7 +25,14 @@ def _per_second(ms: float | None) -> float | None:
 def _sweep_cell(
     arm: ArmResults, summary: SweepSummary, shape: str, level: int, slo: Slo
 ) -> SweepCell:
-    cell = next((c for c in summary.cells if c.shape == shape and c.concurrency == level), None)
+    cell = next(
+        (
+            c
+            for c in summary.cells
+            if c.shape == shape and c.concurrency == level and c.mode != "rate"
+        ),
+        None,
+    )
     if cell is None:
         return SweepCell(arm.label, shape, level, "not run", "the sweep did not reach this cell")
     if cell.status not in ("ok", "partial") or not cell.repeats:
@@ -56,17 +63,19 @@ def _sweep_cell(
     return replace(figures, meets_slo=slo.judge(figures))
 
 
-def sweep_grids(
-    arms: Sequence[ArmResults], campaign: CampaignResults, slo: Slo
-) -> list[SweepGrid]:
+def sweep_grids(arms: Sequence[ArmResults], campaign: CampaignResults, slo: Slo) -> list[SweepGrid]:
     spec_sweep = campaign.shards[0].manifest.campaign.suite.sweep
     shapes: list[str] = [s.name for s in spec_sweep.shapes] if spec_sweep else []
-    levels: list[int] = list(spec_sweep.levels) if spec_sweep else []
+    # Rate-mode cells are keyed by rate, not level: they have their own view (report.rate).
+    levels: list[int] = list(spec_sweep.levels) if spec_sweep and spec_sweep.mode != "rate" else []
     for arm in arms:
         if arm.sweep is None:
             continue
-        shapes += [c.shape for c in arm.sweep.cells if c.shape not in shapes]
-        levels += [c.concurrency for c in arm.sweep.cells if c.concurrency not in levels]
+        by_level = [c for c in arm.sweep.cells if c.mode != "rate"]
+        shapes += [c.shape for c in by_level if c.shape not in shapes]
+        levels += [c.concurrency for c in by_level if c.concurrency not in levels]
+    if not levels:
+        return []
     grids = []
     for shape in shapes:
         cells: dict[tuple[str, int], SweepCell] = {}
@@ -102,8 +111,6 @@ def sweep_grids(
     return grids
 
 
-
-
 def best_rows(
     arms: Sequence[ArmResults], grids: Sequence[SweepGrid]
 ) -> tuple[dict[str, list[BestRow]], list[str]]:
@@ -119,8 +126,7 @@ def best_rows(
                 candidates = [
                     grid.cells[(label, level)]
                     for label in grid.arms
-                    if group(by_label[label]) == engine
-                    and grid.cells[(label, level)].ranked
+                    if group(by_label[label]) == engine and grid.cells[(label, level)].ranked
                 ]
                 best = max(candidates, key=lambda c: c.tok_s or 0.0, default=None)
                 per_engine[engine] = (

@@ -11,6 +11,7 @@ from report.cells_csv import write_cells_csv
 from report.folders import load_folders
 from report.plots import Plot, draw_all
 from report.prices import DEFAULT_TABLE, PriceBook, PriceMode, choose_prices
+from report.rate import rate_tables
 from report.render import render_html, render_markdown, sections
 from report.rows import Report, Slo
 from report.site_tables import cross_table, where_tables
@@ -71,7 +72,7 @@ def write_report(
     summary = summary_table(report)
     tables += [summary] if summary else []
     cross = cross_table(report)
-    tables += ([cross] if cross else []) + where_tables(report)
+    tables += ([cross] if cross else []) + where_tables(report) + rate_tables(report.rates)
     plots = draw_all(report, target)
     # In the order the page shows them.
     tables = [t for section in sections(report, tables, plots) for t in section.tables]

@@ -289,6 +289,7 @@ def _to_record(
     client: OpenAIClient,
 ) -> RequestRecord:
     usage = recorder.usage or {}
+    timings = recorder.timings or {}
     completion = _int_or_none(usage.get("completion_tokens"))
     details = usage.get("completion_tokens_details")
     prompt_details = usage.get("prompt_tokens_details")
@@ -327,6 +328,8 @@ def _to_record(
         cached_prompt_tokens=_int_or_none(prompt_details.get("cached_tokens"))
         if isinstance(prompt_details, dict)
         else None,
+        draft_tokens=_int_or_none(timings.get("draft_n")),
+        draft_accepted_tokens=_int_or_none(timings.get("draft_n_accepted")),
         input_tokens_target=request.input_tokens_target,
         output_tokens_target=request.max_tokens,
         forced_output=client.forced_output,

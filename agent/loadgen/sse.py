@@ -43,6 +43,7 @@ class StreamRecorder:
         "last_token_ns",
         "reasoning_chars",
         "reasoning_chunks",
+        "timings",
         "usage",
     )
 
@@ -69,6 +70,7 @@ class StreamRecorder:
         self.http_status: int | None = None
         self.last_token_ns: int | None = None
         self.usage: dict[str, object] | None = None
+        self.timings: dict[str, object] | None = None
 
     def start(self, status: int, content_type: str) -> None:
         """Headers arrived: decide whether the body is an event stream."""
@@ -151,6 +153,10 @@ class StreamRecorder:
         usage = event.get("usage")
         if isinstance(usage, dict):
             self.usage = usage
+        # llama.cpp's own per-response counts (draft_n, draft_n_accepted), on its last event.
+        timings = event.get("timings")
+        if isinstance(timings, dict):
+            self.timings = timings
         choices = event.get("choices")
         if not choices:
             return

@@ -26,7 +26,13 @@ from agent.loadgen.client import ChatRequest, OpenAIClient, ServerCallError, Ser
 from agent.loadgen.prompts import Prompt, PromptFactory, calibrate
 from agent.loadgen.text_sources import TextSource, calibrate_source, load_source
 from agent.loadgen.vllm_export import vllm_bench_serve_run
-from agent.telemetry.server_metrics import ServerMetricsPoller, ServerReading, annotate_cell
+from agent.telemetry.server_metrics import (
+    ServerMetricsPoller,
+    ServerReading,
+    annotate_cell,
+    delta,
+    with_response_drafts,
+)
 from contract import metrics
 from contract.results import (
     EXPORT_LABEL_PREFIX,
@@ -91,6 +97,7 @@ class _CellRunner:
         writer: JobFolder,
         info: ServerInfo,
         progress: ProgressHook | None,
+        server_metrics: ServerMetricsPoller | None = None,
     ) -> None:
         self.client = client
         self.settings = settings
@@ -98,6 +105,7 @@ class _CellRunner:
         self.writer = writer
         self.info = info
         self.progress = progress
+        self.server_metrics = server_metrics
 
     def _requests(
         self, prompts: list[Prompt], shape: Shape, label: str, phase: str
@@ -249,6 +257,9 @@ class _CellRunner:
                 break
             label = window_label(cell, repeat)
             phase = "warmup" if repeat < 0 else "measured"
+            # The server's counters around each measured window, for the drafter's acceptance
+            # in the export (a rate window's include its own warm-up seconds).
+            before = await _server_reading(self.server_metrics) if repeat >= 0 else None
             if s.mode == "burst":
                 prompts = await self.prompts.build(level, shape.input_tokens)
                 records = await self._burst(self._requests(prompts, shape, label, phase))
@@ -290,6 +301,7 @@ class _CellRunner:
                 offered = arrival_stats(records, rate_window, rate=rate, settings=s)
                 stats = stats.model_copy(update={"arrivals": offered})
             windows.append(stats)
+            after = await _server_reading(self.server_metrics)
             self.writer.append_vllm_export(
                 vllm_bench_serve_run(
                     [r for r in records if r.phase == "measured"],
@@ -298,6 +310,7 @@ class _CellRunner:
                     endpoint=self.client.settings.endpoint,
                     label=EXPORT_LABEL_PREFIX + cell,
                     date=datetime.now(UTC),
+                    server=delta(before, after),
                 )
             )
         return None
@@ -393,7 +406,7 @@ async def run_sweep(
         if prompt_factory
         else PromptFactory(calibration, client.tokenize_raw, source=source)
     )
-    runner = _CellRunner(client, settings, factory, writer, info, progress)
+    runner = _CellRunner(client, settings, factory, writer, info, progress, server_metrics)
     cells: list[CellResult] = list(previous.cells) if previous else []
     done = {(c.shape, c.concurrency, c.request_rate) for c in cells}
 
@@ -427,6 +440,7 @@ async def run_sweep(
             if server_metrics is not None:
                 after = await _server_reading(server_metrics)
                 cell = annotate_cell(cell, before, after, calibration)
+            cell = with_response_drafts(cell)
             cells.append(cell)
             writer.write_summary(summary(finished=False))
             if cell.status != "ok":

@@ -4,6 +4,12 @@ Field names and units follow vLLM's `--save-result` output (vllm/benchmarks/serv
 per-request arrays in seconds (`ttfts`, `itls`, `latencies`), summaries in milliseconds
 (`mean_ttft_ms`, `p99_itl_ms`, ...). One JSON object per line is what `--append-result`
 writes, so tools that read vLLM's results read ours.
+
+Speculative decoding: the `spec_decode_*` keys vLLM writes from its /metrics counters over
+the run (acceptance rate in percent, acceptance length = 1 + accepted / drafts, per-position
+rates as fractions), from the server's counters over the window where it published them, else
+from the responses' own draft counts (llama.cpp); keys the server exposed nothing for are
+omitted, as vLLM omits them.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import statistics
 from datetime import datetime
 
 from contract import metrics
-from contract.results import RequestRecord, WindowStats
+from contract.results import RequestRecord, ServerCounters, WindowStats
 
 __all__ = ["vllm_bench_serve_run"]
 
@@ -46,6 +52,32 @@ def _peak_in_flight(records: list[RequestRecord]) -> int:
     return peak
 
 
+def _spec_decode(counters: ServerCounters | None, stats: WindowStats) -> dict[str, object]:
+    drafts = counters.spec_drafts if counters else None
+    drafted = counters.spec_draft_tokens if counters else None
+    accepted = counters.spec_accepted_tokens if counters else None
+    if drafted is None and stats.draft_tokens is not None:
+        drafted, accepted = float(stats.draft_tokens), float(stats.draft_accepted_tokens or 0)
+    out: dict[str, object] = {}
+    if drafted and accepted is not None:
+        out["spec_decode_acceptance_rate"] = accepted / drafted * 100
+    if drafts and accepted is not None:
+        out["spec_decode_acceptance_length"] = 1 + accepted / drafts
+    elif counters and counters.spec_accept_length is not None:
+        out["spec_decode_acceptance_length"] = counters.spec_accept_length
+    if drafts is not None:
+        out["spec_decode_num_drafts"] = int(drafts)
+    if drafted is not None:
+        out["spec_decode_draft_tokens"] = int(drafted)
+    if accepted is not None and drafted is not None:
+        out["spec_decode_accepted_tokens"] = int(accepted)
+    if counters and counters.spec_acceptance_rate_per_position:
+        out["spec_decode_per_position_acceptance_rates"] = list(
+            counters.spec_acceptance_rate_per_position
+        )
+    return out
+
+
 def vllm_bench_serve_run(
     records: list[RequestRecord],
     stats: WindowStats,
@@ -54,7 +86,9 @@ def vllm_bench_serve_run(
     endpoint: str,
     label: str,
     date: datetime,
+    server: ServerCounters | None = None,
 ) -> dict[str, object]:
+    """One run's JSON; `server` is what the server's /metrics counted over the window."""
     ok = [r for r in records if r.ok]
     ttfts = [(v or 0.0) / 1000 for v in (metrics.ttft_ms(r) for r in ok)]
     latencies = [(v or 0.0) / 1000 for v in (metrics.latency_ms(r) for r in ok)]
@@ -99,4 +133,5 @@ def vllm_bench_serve_run(
     run |= _summary("tpot", tpots)
     run |= _summary("itl", [gap for gaps in itls for gap in gaps])
     run |= _summary("e2el", latencies)
+    run |= _spec_decode(server, stats)
     return run

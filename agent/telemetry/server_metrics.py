@@ -8,18 +8,21 @@ summed over their labels (ranks, engines), except acceptance per draft position,
 kept per position.
 
 `ServerMetricsPoller` reads the page every `interval_s` (0.5 s) on its own thread, hands
-each reading to a sink (telemetry rows) and keeps the latest; a server without the endpoint,
-or one that stops answering, costs one log line and no failure. Counter deltas between two
-readings (`delta`) give a cell's prefix-cache hits and a drafter's acceptance.
+each reading to a sink (telemetry rows) and keeps the latest; `polling` is how every job
+(probe, sweep, eval; campaign or standalone) runs one, its rows tagged with the job's id. A
+server without the endpoint, or one that stops answering, costs one log line, no failure.
+Counter deltas between two readings (`delta`) give a cell's prefix-cache hits and a
+drafter's acceptance.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contract.results import CellResult, ServerCounters
 from contract.suite import PromptCalibration
+from contract.telemetry import SERVER_METRICS_FILE
 
 __all__ = [
     "SERVER_FIELDS",
@@ -38,6 +42,8 @@ __all__ = [
     "annotate_cell",
     "delta",
     "parse_metrics",
+    "polling",
+    "with_response_drafts",
 ]
 
 log = logging.getLogger(__name__)
@@ -194,8 +200,24 @@ def annotate_cell(
     return cell.model_copy(update=update)
 
 
+def with_response_drafts(cell: CellResult) -> CellResult:
+    """The cell with its drafter's counts taken from the responses themselves (llama.cpp's
+    per-response `timings`), where the server's /metrics counted no drafts."""
+    windows = [w for w in cell.repeats if w.draft_tokens is not None]
+    if not windows or (cell.server is not None and cell.server.spec_draft_tokens is not None):
+        return cell
+    drafted = float(sum(w.draft_tokens or 0 for w in windows))
+    accepted = float(sum(w.draft_accepted_tokens or 0 for w in windows))
+    server = cell.server or ServerCounters(seconds=sum(w.duration_s for w in windows))
+    counts = {
+        "spec_draft_tokens": drafted,
+        "spec_accepted_tokens": accepted,
+        "spec_acceptance_rate": accepted / drafted if drafted else None,
+    }
+    return cell.model_copy(update={"server": server.model_copy(update=counts)})
+
+
 Sink = Callable[[ServerReading], None]
-SERVER_METRICS_FILE = "server_metrics.csv"
 SERVER_COLUMNS = ("time_unix_s", "time_perf_ns", "job_id", "source", *SERVER_FIELDS)
 
 
@@ -312,3 +334,18 @@ class ServerMetricsPoller:
                 self._stop.wait(max(0.0, next_at - time.perf_counter()))
                 if time.perf_counter() > next_at + self.interval_s:
                     next_at = time.perf_counter()  # fell behind: skip, do not burst
+
+
+@contextlib.contextmanager
+def polling(
+    base_url: str, path: Path, job_id: str, *, headers: dict[str, str] | None = None
+) -> Iterator[ServerMetricsPoller]:
+    """Poll `base_url/metrics` for the block, appending rows tagged `job_id` to `path`."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = ServerMetricsCsv(path)
+    rows.job_id = job_id
+    try:
+        with ServerMetricsPoller(base_url, sink=rows, headers=headers) as poller:
+            yield poller
+    finally:
+        rows.close()

@@ -78,6 +78,10 @@ def test_a_failing_engine_is_recorded_and_the_campaign_goes_on(
     llama = next(e for e in manifest.engines if e.arm == "llama")
     assert llama.binary_sha256 and len(llama.binary_sha256) == 64
     assert llama.version_text and "build 11312" in llama.version_text
+    # Install facts: llama.cpp's CPU server is compiled here, unpatched, nothing beside it.
+    assert (llama.patches, llama.extra_packages, llama.built_from_source) == ([], [], True)
+    polled = (outcome.shard_dir / "server_metrics.csv").read_text().splitlines()
+    assert any(",llama-probe,server," in row for row in polled), "probe jobs are polled too"
     rows = (outcome.shard_dir / "telemetry.csv").read_text().splitlines()
     assert any(",llama-sweep," in row for row in rows), "telemetry rows carry the job id"
 

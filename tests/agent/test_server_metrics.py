@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import csv
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import run_sweep
 from agent.telemetry.server_metrics import (
+    SERVER_METRICS_FILE,
     ServerMetricsPoller,
     annotate_cell,
     delta,
@@ -22,6 +24,8 @@ from contract.results import CellResult
 from contract.suite import PromptCalibration, RequestSettings, Shape, SweepSettings
 from engines.recipes import get_recipe
 from refserver.harness import reference_server
+from tests.agent.evals.conftest import GSM8K_FIXTURE
+from tests.fixtures.bench_cli import bench
 
 PAGES = Path(__file__).parent / "data" / "metrics"
 
@@ -129,3 +133,22 @@ def test_llamacpp_live_metrics_and_a_clean_sweep_cell(llama_server_url: str, tmp
     (cell,) = summary.cells
     assert cell.server is not None and not cell.prefix_cache_suspect
     assert poller.cpu_s >= 0
+
+
+def test_standalone_probe_and_eval_poll_the_server_too(llama_server_url: str, tmp_path: Path):
+    probe = bench(
+        "probe", llama_server_url, "--output-tokens", "8", "--repeats", "1", "--at-once", "2",
+        "--out", str(tmp_path / "probe"),
+    )  # fmt: skip
+    evaluated = bench(
+        "eval", "gsm8k", llama_server_url + "/v1", "--data", str(GSM8K_FIXTURE),
+        "--limit", "2", "--out", str(tmp_path / "eval"),
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stderr
+    assert evaluated.returncode == 0, evaluated.stderr
+    for folder, job_id in (("probe", "probe"), ("eval", "gsm8k")):
+        with (tmp_path / folder / SERVER_METRICS_FILE).open(newline="") as handle:
+            rows = list(csv.DictReader(handle))
+        assert rows, f"{folder}: no /metrics rows"
+        assert {row["job_id"] for row in rows} == {job_id}
+        assert all(row["source"] == "server" and row["requests_running"] for row in rows)

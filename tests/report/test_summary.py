@@ -9,6 +9,7 @@ from typing import cast
 
 import pytest
 
+from contract.jobs import EngineServed
 from report.load import ArmResults
 from report.summary import install_facts
 from report.write import Written
@@ -95,5 +96,9 @@ def test_compare_and_contrast_from_the_results(handmade_report: Written):
 def test_runs_as_installed_reads_the_manifests_install_facts(facts: dict, shown: str):
     """The field names the install facts take in the manifest, wherever the agent records
     them; an engine record without them says so rather than guessing."""
-    arm = cast(ArmResults, SimpleNamespace(engine=SimpleNamespace(**facts)))
+    engine = EngineServed(
+        arm="a", engine="e", version="1", build_id="b", variant="cpu", argv=[], settings={},
+        model="m", **facts,
+    )  # fmt: skip
+    arm = cast(ArmResults, SimpleNamespace(engine=engine))
     assert install_facts([arm]) == shown

@@ -24,6 +24,7 @@ from agent.jobfolder import JobFolder
 from agent.loadgen.arrivals import arrival_offsets_s
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import run_sweep
+from contract import metrics
 from contract.results import RequestRecord, SweepSummary
 from contract.spec import SpecError, parse_campaign
 from contract.suite import Shape, SweepSettings
@@ -160,13 +161,40 @@ def test_bench_sweep_rate_mode_from_the_command_line(tmp_path: Path):
         assert done.returncode == 0, done.stderr
         summary = SweepSummary.model_validate_json((tmp_path / "summary.json").read_text())
         assert [c.request_rate for c in summary.cells] == [10.0, 20.0]
-        assert "Request-rate sweep" in done.stdout and "lag p99 ms" in done.stdout
+        assert "Latency against request rate" in done.stdout and "lag p99 ms" in done.stdout
         assert summary.settings.mode == "rate"
         bad = _bench("sweep", server.url, "--mode", "rate", "--out", str(tmp_path / "x"))
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [
         "bench sweep: --rates goes with --mode rate, and --mode rate needs --rates"
     ]
+    _the_report_shows_latency_against_rate(tmp_path)
+
+
+def _the_report_shows_latency_against_rate(folder: Path) -> None:
+    """The report's rate table, recomputed from requests.jsonl: each rate's TTFT and E2EL
+    p99 over its measured requests (one repeat, so the median is that window's)."""
+    done = _bench("report", str(folder), "--prices", "table")
+    assert done.returncode == 0, done.stderr
+    records = [
+        RequestRecord.model_validate_json(line)
+        for line in (folder / "requests.jsonl").read_text().splitlines()
+    ]
+    text = (folder / "report" / "report.md").read_text()
+    assert "## Latency against request rate" in text and "](rate-in40-out4.png)" in text
+    assert (folder / "report" / "rate-in40-out4.png").read_bytes().startswith(b"\x89PNG")
+    rate_part = text[text.index("## Latency against request rate") :]
+    rate_part = rate_part[: rate_part.index("\n## ")]
+    lines = [line for line in rate_part.splitlines() if line.startswith("| reference-model |")]
+    assert len(lines) == 2
+    for rate, line in zip((10, 20), lines, strict=True):
+        mine = [r for r in records if r.label == f"in40-out4/rate{rate}/r0" and r.ok]
+        mine = [r for r in mine if r.phase == "measured"]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        ttft = metrics.percentile(sorted(metrics.ttft_ms(r) or 0.0 for r in mine), 99)
+        e2el = metrics.percentile(sorted(metrics.latency_ms(r) or 0.0 for r in mine), 99)
+        assert cells[1:3] == [f"{rate:.2f}", "ok"]
+        assert cells[6] == f"{ttft:,.1f}" and cells[10] == f"{e2el:,.1f}"
 
 
 def test_the_campaign_spec_takes_rate_mode_and_names_what_is_wrong() -> None:
