@@ -7,10 +7,13 @@
 #           1, 8 and 64 in bf16 and with --quantize w4a16, greedy tokens and a profile;
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
 #           HTTP, 128 in / 512 out at 1, 8 and 64 requests, shipped server defaults) for
-#           bf16 and for --quantize w4a16.
+#           bf16 and for --quantize w4a16;
+#   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
+#           is left, the server last, then a second int4 greedy run (tokens repeat?) if
+#           time is left; the autotuner's choices carry over through Triton's disk cache.
 # Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh).
 #
-#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server
+#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -21,7 +24,55 @@ if compgen -G ".whl/*.whl" > /dev/null; then
 fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem,power.limit --format=csv,noheader
+STEP_FLAGS="--model random:gemma-4-e2b --decode-attention batched --cuda-graphs on \
+  --fused-norms on --decode-program on --triton-gemv on --attention-form kernel"
+left() { echo $(( ${BUDGET_S:-540} - SECONDS )); }
 case "${1:-steps}" in
+all)
+  timeout 150 python3 -m benchmarks.int4_h200 --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
+  echo "layers exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -14
+  for q in none w4a16; do
+    # shellcheck disable=SC2086
+    timeout 100 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1,8,64 \
+      --quantize "$q" --check-tokens 24 --profile --out "$OUT/step-$q.json" \
+      > "$OUT/step-$q.log" 2>&1
+    echo "step $q exit: $? at ${SECONDS}s"
+  done
+  python3 - "$OUT" <<'PY'
+import json, sys
+for q in ("none", "w4a16"):
+    try:
+        d = json.load(open(f"{sys.argv[1]}/step-{q}.json"))
+    except OSError:
+        continue
+    print(q, [(r["batch"], round(r["decode_step_ms_median"], 3)) for r in d["decode"]],
+          "tokens", d.get("greedy_tokens_batch1"))
+PY
+  SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
+  SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
+  SERVER_S=$(( $(left) - 40 ))
+  if [ "$SERVER_S" -gt 90 ]; then
+    timeout "$SERVER_S" python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
+      --levels 1,8,64 --repeats 1 --budget-s $(( SERVER_S - 20 )) \
+      --server-variant int4="--quantize w4a16" > "$OUT/bench.log" 2>&1
+    echo "server exit: $? at ${SECONDS}s"
+    grep "^|\|ERROR" "$OUT/bench.log" | tail -30
+  else
+    echo "server skipped: ${SERVER_S}s left"
+  fi
+  rm -rf "$OUT"/eng/sweep*
+  if [ "$(left)" -gt 35 ]; then
+    # shellcheck disable=SC2086
+    timeout $(( $(left) - 5 )) python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1 \
+      --steps 4 --warmup 1 --quantize w4a16 --check-tokens 24 --out "$OUT/step-w4a16-again.json" \
+      > "$OUT/step-again.log" 2>&1
+    echo "second int4 greedy run exit: $? at ${SECONDS}s"
+    python3 -c "import json,sys; a,b=(json.load(open(f'$OUT/{n}.json'))['greedy_tokens_batch1'] \
+      for n in ('step-w4a16','step-w4a16-again')); print('int4 greedy tokens repeat:', a==b)"
+  fi
+  # What comes back from the device is a few files: everything in one archive.
+  (cd "$OUT" && tar czf ../int4-all.tgz . && rm -rf ./* && mv ../int4-all.tgz .)
+  ;;
 steps)
   timeout 200 python3 -m benchmarks.int4_h200 --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
   echo "layers exit: $?"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -12

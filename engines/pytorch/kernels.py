@@ -40,9 +40,10 @@ timings are kept in Triton's disk cache, so later processes there reuse the choi
 
 Int4 weights (`int4`: the pair (packed, scale)) take the same entry points: at batch 1
 `gemv_int4`, the same prologues and epilogues over int4 rows; for 2 to 64 rows
-`matmul_int4`, the int4 tile dequantized in registers for the tensor cores; more rows
-(prefill) and the CPU dequantize and run the dense product. Measured against bf16 and
-torch's own int4 kernel in `benchmarks/records/2026-12-01-h200-int4.md`.
+`matmul_int4`, the int4 tile dequantized in registers for the tensor cores (both in
+`triton_int4`, with a deterministic split-K for narrow outputs); more rows (prefill) and
+the CPU dequantize and run the dense product. Measured against bf16 and torch's own int4
+kernel in `benchmarks/records/2026-12-0*-h200-int4*.md`.
 
 Triton is imported only when a CUDA call needs a kernel; CPU runs never touch it.
 """
@@ -65,16 +66,39 @@ PLAIN, RMS_NORM, GELU_MUL, RESIDUAL, RESIDUAL_NORM, RMS_NORM_AFTER = 0, 1, 2, 3,
 NO_EPILOGUE, GELU_PAIR, GELU_TIMES = 0, 1, 2
 # A weight: dense (N, K), or int4 as (packed int32 (N, K/8), scale (N, K/group)) (`int4`).
 Weight: TypeAlias = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
-# Int4 products of this many rows at most run `triton_kernels.matmul_int4`; more rows
+# Int4 products of this many rows at most run `triton_int4.matmul_int4`; more rows
 # (prefill) dequantize the weight and run cuBLAS.
 INT4_MATMUL_MAX_ROWS = 64
 
 
 @functools.cache
 def _kernel(name: str = "gemv") -> Any:
+    if name.endswith("_int4"):
+        from engines.pytorch import triton_int4
+
+        return getattr(triton_int4, name)
     from engines.pytorch import triton_kernels
 
     return getattr(triton_kernels, name)
+
+
+# Tiles a split-K int4 launch may count (`triton_int4`): the LM head's row blocks at the
+# narrowest block shape are fewer.
+_SPLIT_COUNTERS = 1 << 18
+
+
+@functools.cache
+def _split_counters(device: torch.device) -> torch.Tensor:
+    """One zeroed counter per tile for the split-K int4 kernels, shared by every launch on
+    the device: launches run one after another on the stream (a dependent launch touches
+    them only after its wait) and the last program of a tile resets its counter."""
+    return torch.zeros(_SPLIT_COUNTERS, dtype=torch.int32, device=device)
+
+
+def _split_partials(rows: int, n: int, device: torch.device) -> torch.Tensor:
+    from engines.pytorch import triton_int4
+
+    return torch.empty(triton_int4.MAX_SPLIT_K * rows * n, dtype=torch.float32, device=device)
 
 
 def _shape(weight: Weight) -> tuple[int, int]:
@@ -108,8 +132,20 @@ def _launch_matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tens
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     bucket = 16 if m <= 16 else (32 if m <= 32 else 64)
     _kernel("matmul_int4")[
-        lambda meta: (-(-n // meta["BLOCK_N"]), -(-m // meta["BLOCK_M"]))
-    ](x.contiguous(), packed, scale, y, m, n, k, bucket, GROUP=k // scale.shape[1])
+        lambda meta: (-(-m // meta["BLOCK_M"]), -(-n // meta["BLOCK_N"]), meta["SPLIT_K"])
+    ](
+        x.contiguous(),
+        packed,
+        scale,
+        y,
+        _split_partials(m, n, x.device),
+        _split_counters(x.device),
+        m,
+        n,
+        k,
+        bucket,
+        GROUP=k // scale.shape[1],
+    )
     return y
 
 
@@ -131,9 +167,13 @@ def tuned_configs() -> dict[str, str]:
     if module is None:
         return {}
     chosen = {}
+    int4_module = sys.modules.get("engines.pytorch.triton_int4")
     for name in ("gemv", "gemv_int4", "matmul_int4"):
         prefix = "" if name == "gemv" else f"{name}:"
-        for key, config in getattr(module, name).cache.items():
+        owner = module if name == "gemv" else int4_module
+        if owner is None:
+            continue
+        for key, config in getattr(owner, name).cache.items():
             chosen[prefix + ",".join(str(part) for part in key)] = str(config)
     return chosen
 
@@ -160,11 +200,17 @@ def _launch(
     x = x.contiguous()
     if isinstance(weight, tuple):
         kernel = _kernel("gemv_int4")
-        weights: tuple[torch.Tensor, ...] = weight
+        # Gate and up partial sums of each split (`triton_int4`), and the tiles' counters.
+        weights: tuple[torch.Tensor, ...] = (
+            *weight,
+            y,
+            _split_partials(2, n, x.device),
+            _split_counters(x.device),
+        )
         extra: dict[str, int] = {"GROUP": k // weight[1].shape[1]}
     else:
-        kernel, weights, extra = _kernel(), (weight,), {}
-    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](
+        kernel, weights, extra = _kernel(), (weight, y), {}
+    kernel[lambda meta: (-(-n // meta["BLOCK_N"]), meta.get("SPLIT_K", 1))](
         x,
         x if other is None else other.contiguous(),
         x if norm_weight is None else norm_weight,
@@ -173,7 +219,6 @@ def _launch(
         x if x_out is None else x_out,
         x if multiplier is None else multiplier.contiguous(),
         *weights,
-        y,
         n,
         k,
         eps,

@@ -86,9 +86,7 @@ def _gemv_checks(
     scalar = torch.full((1,), 0.7).to(x.dtype)
     for norm, scale, times in ((None, None, None), (nw, None, None), (None, scalar, m)):
         label = f"residual{' norm' if norm is not None else ''}{' scalar' if scale else ''}"
-        y, x_new = kernels._residual_gemv_op(
-            x, b, nw, scale, norm, *kernels._parts(w), 1e-6, times
-        )
+        y, x_new = kernels._residual_gemv_op(x, b, nw, scale, norm, *kernels._parts(w), 1e-6, times)
         ref, ref_x = kernels.residual_linear(x, b, nw, scale, norm, 1e-6, w, False, times)
         # Bit-equal on a GPU (`test_kernels`); the interpreter truncates where the GPU
         # rounds to nearest, at each of the row's two roundings: two ulps of the terms.
@@ -191,20 +189,20 @@ def _checks(part: str) -> dict[str, dict[str, Any]]:
 def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None:
     """The int4 kernels against dequantize-then-matmul: groups of 32 and 128 over 512
     inputs (every block shape's chunks cross or split groups; 96 rows: partial row
-    blocks), each configuration the autotuner may choose (two through every prologue and
-    epilogue of the dense kernel, the rest through the plain product and the gate/up
-    pair); and the few-rows kernel in float16 (the interpreter's
+    blocks), each configuration the autotuner may choose (three, one of them split-K,
+    through every prologue and epilogue of the dense kernel, the rest through the plain
+    product and the gate/up pair); and the few-rows kernel in float16 (the interpreter's
     bfloat16 tl.dot is not faithful) at each of its configurations for 3 and 64 rows."""
     import torch
 
-    from engines.pytorch import int4, kernels, triton_kernels
+    from engines.pytorch import int4, kernels, triton_int4
 
     n, k = 96, 512
     x, b, nw, m = rand(1, k, scale=3.0), rand(1, k), rand(k), rand(1, n)
     weights = {g: int4.quantize(rand(n, k, scale=k**-0.5), g) for g in (32, 128)}
     # Every configuration once, the two group sizes in turn (the interpreter is slow).
-    tuner = triton_kernels.gemv_int4
-    for i, config in enumerate(triton_kernels.GEMV_INT4_CONFIGS):
+    tuner = triton_int4.gemv_int4
+    for i, config in enumerate(triton_int4.GEMV_INT4_CONFIGS):
         group = (32, 128)[i % 2]
         w = weights[group]
 
@@ -214,8 +212,10 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             return kernels._launch(x, w, eps=1e-6, prologue=prologue, epilogue=epilogue, **kw)
 
         tuner.configs, tuner.cache = [config], {}
-        tag = f" [int4 g{group} {config.kwargs['BLOCK_N']}x{config.kwargs['BLOCK_K']}]"
-        if i < 2:  # every form, at two block shapes (the interpreter is slow)
+        tag = " [int4 g{} {BLOCK_N}x{BLOCK_K} split {SPLIT_K}]".format(group, **config.kwargs)
+        # Every form at two block shapes and through the split-K reduction (the
+        # interpreter is slow).
+        if i < 2 or config.kwargs["SPLIT_K"] == 2:
             _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
             continue
         # Elsewhere the plain product and the gate/up pair with the norm scaled after it.
@@ -227,8 +227,8 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
         pair = torch.nn.functional.gelu(gate, approximate="tanh") * up
         got = gemv(kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, norm_weight=nw)
         record(f"gate/up pair{tag}", got, pair, kernels.gated_norm_linear(x, nw, 1e-6, w, False))
-    tuner = triton_kernels.matmul_int4
-    for i, config in enumerate(triton_kernels.MATMUL_INT4_CONFIGS):
+    tuner = triton_int4.matmul_int4
+    for i, config in enumerate(triton_int4.MATMUL_INT4_CONFIGS):
         group = (32, 128)[i % 2]
         w16 = (weights[group][0], weights[group][1].to(torch.float16))
         tuner.configs, tuner.cache = [config], {}
@@ -237,7 +237,7 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             got = kernels._launch_matmul_int4(xr, *w16)
             exact = xr.float() @ kernels.dense(w16, torch.float32).T
             torch_form = xr @ kernels.dense(w16, torch.float16).T
-            shape = "x".join(str(config.kwargs[d]) for d in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+            shape = "{BLOCK_M}x{BLOCK_N}x{BLOCK_K} split {SPLIT_K}".format(**config.kwargs)
             record(f"int4 g{group} {rows} rows [{shape}]", got, exact, torch_form)
 
 

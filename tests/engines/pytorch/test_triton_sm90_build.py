@@ -79,3 +79,53 @@ def test_attention_kernels_build_for_sm90(head_dim: int, block_l: int) -> None:
     signature |= {"blocks": "i32"} | dict.fromkeys(combine, "constexpr")
     source = ASTSource(fn=triton_kernels.attention_combine, signature=signature, constexprs=combine)
     assert "griddepcontrol.wait" in triton.compile(source, target=H200, options=PDL).asm["ptx"]
+
+
+def _int4_signature(names: tuple[str, ...], ints: tuple[str, ...]) -> dict[str, str]:
+    signature = {name: "*bf16" for name in names}
+    signature |= {"wq_ptr": "*i32", "part_ptr": "*fp32", "count_ptr": "*i32"}
+    return signature | dict.fromkeys(ints, "i32")
+
+
+@pytest.mark.parametrize("split", [1, 4])
+@pytest.mark.parametrize(("prologue", "epilogue", "scale"), LAUNCHED)
+def test_gemv_int4_variant_builds_for_sm90(
+    prologue: int, epilogue: int, scale: bool, split: int
+) -> None:
+    from engines.pytorch import triton_int4
+
+    names = (*GEMV_POINTERS[:-1], "ws_ptr", "y_ptr")
+    signature = _int4_signature(names, ("N", "K")) | {"eps": "fp32"}
+    constants = {
+        "PROLOGUE": prologue,
+        "SCALE": scale,
+        "EPILOGUE": epilogue,
+        "PDL": True,
+        "GROUP": 32,
+        "BLOCK_N": 16,
+        "BLOCK_K": 256,
+        "SPLIT_K": split,
+    }
+    signature = {name: signature[name] for name in triton_int4.gemv_int4.fn.arg_names[:15]}
+    signature |= dict.fromkeys(constants, "constexpr")
+    source = ASTSource(fn=triton_int4.gemv_int4.fn, signature=signature, constexprs=constants)
+    compiled = triton.compile(source, target=H200, options=PDL)
+    assert "griddepcontrol.wait" in compiled.asm["ptx"]
+    # No int-to-float conversion per nibble (`triton_int4._nibble_floats`); the
+    # prologues' few (K as a float) remain.
+    assert compiled.asm["ptx"].count("cvt.rn.f32.s32") < 8
+    if split > 1:
+        assert "atom.global.gpu.acq_rel.add" in compiled.asm["ptx"]
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int) -> None:
+    from engines.pytorch import triton_int4
+
+    signature = _int4_signature(("x_ptr", "ws_ptr", "y_ptr"), ("M", "N", "K", "M_BUCKET"))
+    signature = {name: signature[name] for name in triton_int4.matmul_int4.fn.arg_names[:10]}
+    constants = {"GROUP": 32, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": split}
+    signature |= dict.fromkeys(constants, "constexpr")
+    source = ASTSource(fn=triton_int4.matmul_int4.fn, signature=signature, constexprs=constants)
+    compiled = triton.compile(source, target=H200)
+    assert "mma" in compiled.asm["ptx"]

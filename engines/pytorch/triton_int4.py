@@ -1,0 +1,386 @@
+"""The Triton source of the engine's int4 (W4A16) products, driven by `kernels`:
+`gemv_int4` (one row: `triton_kernels.gemv`'s prologues, epilogues, codes and roundings
+over int4 weights) and `matmul_int4` (2 to 64 rows, on the tensor cores).
+
+The weights stay in compressed-tensors' layout (`int4`: element 8j + i in bits 4i..4i+3
+of int32 word j of its row, stored q + 8; one scale per GROUP inputs), read as whole
+words, coalesced along each row. Two choices make the unpacking cheap:
+- No int-to-float conversion (a quarter-rate instruction on the SM): nibble i is moved
+  under the exponent of 1.0 by one shift and one mask-or, and read as the float
+  1 + u/16 (`_nibble_floats`); q = u - 8 = 16 * f - 24, folded into the scale per word.
+- The input chunk is loaded (and its prologue computed) once, contiguously, then split
+  in registers into the eight strided slices x[8j + i] that meet nibble i of word j,
+  instead of eight strided passes that each redo the prologue. `matmul_int4` instead
+  interleaves the eight dequantized nibble tiles back into input order (in registers)
+  for `tl.dot`.
+
+Split-K: a narrow output over a long input (down: 1,536 outputs of 12,288 inputs) gives
+too few row blocks to fill the SMs, so such shapes may also split the input among
+SPLIT_K programs (the autotuner picks; `_prune_splits` offers splits only where the row
+blocks alone leave SMs idle). Each writes its float32 partial sums; the last of a tile's
+programs to finish (a counter, atomically) adds them in split order, applies the
+epilogue and resets the counter for the next launch: one launch, and the same sums in
+the same order on every run, so greedy text repeats.
+"""
+
+# No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
+import triton
+import triton.language as tl
+
+from engines.pytorch.triton_kernels import (
+    _gelu_tanh,
+    _input,
+    _mean_square_rstd,
+    _residual,
+    _round,
+)
+
+# Splits are worth offering while the row blocks alone would leave SMs idle (an H200
+# has 132; two programs an SM hide more latency).
+SPLIT_BELOW_PROGRAMS = 264
+# The partial-sum workspace is sized for the largest split of any configuration.
+MAX_SPLIT_K = 8
+
+
+def _prune_splits(configs: list, named_args: dict, **kwargs: object) -> list:
+    rows = named_args.get("M", 1)
+    bucket = named_args.get("M_BUCKET", 1)
+    kept = []
+    for config in configs:
+        meta = config.kwargs
+        if meta.get("BLOCK_M", 1) > max(bucket, 16):  # row tiles past the rows there are
+            continue
+        programs = -(-named_args["N"] // meta["BLOCK_N"]) * -(-rows // meta.get("BLOCK_M", 1))
+        split = meta["SPLIT_K"]
+        if split == 1 or (
+            programs < SPLIT_BELOW_PROGRAMS and named_args["K"] >= 2 * split * meta["BLOCK_K"]
+        ):
+            kept.append(config)
+    return kept or configs
+
+
+GEMV_INT4_CONFIGS = [
+    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s)
+    for bn, bk, sk, w, s in (
+        (4, 512, 1, 4, 3),
+        (8, 256, 1, 4, 3),
+        (8, 512, 1, 4, 3),
+        (16, 256, 1, 4, 3),
+        (16, 512, 1, 8, 3),
+        (32, 256, 1, 8, 3),
+        (4, 1024, 1, 4, 2),
+        (8, 256, 2, 4, 3),
+        (16, 256, 4, 4, 3),
+        (16, 512, 4, 8, 3),
+        (32, 256, 8, 8, 3),
+    )
+]
+
+
+@triton.jit
+def _nibble_floats(packed, i: tl.constexpr):
+    # Nibble i of every word as the float 1 + u/16, exactly: its four bits moved to the
+    # mantissa's top (bits 19..22) under the exponent of 1.0.
+    if 4 * i <= 19:  # noqa: SIM108 (constexpr branches: no shift by a negative count)
+        bits = packed << (19 - 4 * i)
+    else:
+        bits = packed >> (4 * i - 19)
+    return ((bits & 0x780000) | 0x3F800000).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _eighths(x, WORDS: tl.constexpr):
+    # x (8 * WORDS,) -> its eight slices x[8j + i], i = 0..7, each (WORDS,).
+    odd_pairs, even_pairs = tl.split(tl.reshape(x, (WORDS, 4, 2)))
+    x04, x26 = tl.split(tl.reshape(odd_pairs, (WORDS, 2, 2)))
+    x15, x37 = tl.split(tl.reshape(even_pairs, (WORDS, 2, 2)))
+    x0, x4 = tl.split(x04)
+    x2, x6 = tl.split(x26)
+    x1, x5 = tl.split(x15)
+    x3, x7 = tl.split(x37)
+    return x0, x1, x2, x3, x4, x5, x6, x7
+
+
+@triton.jit
+def _word_dot(packed, x0, x1, x2, x3, x4, x5, x6, x7):
+    # sum_i f_i * x[8j + i] for every word (rows, words); f_i = 1 + u_i / 16.
+    part = _nibble_floats(packed, 0) * x0[None, :]
+    part += _nibble_floats(packed, 1) * x1[None, :]
+    part += _nibble_floats(packed, 2) * x2[None, :]
+    part += _nibble_floats(packed, 3) * x3[None, :]
+    part += _nibble_floats(packed, 4) * x4[None, :]
+    part += _nibble_floats(packed, 5) * x5[None, :]
+    part += _nibble_floats(packed, 6) * x6[None, :]
+    part += _nibble_floats(packed, 7) * x7[None, :]
+    return part
+
+
+@triton.jit
+def _int4_weights(
+    wq_ptr, s_ptr, rows, row_ok, w0, N, K, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+):  # fmt: skip
+    # One chunk of the program's int4 rows as (rows, words) int32 and their scales per
+    # word (and the matching up rows of a gate/up pair).
+    words = w0 + tl.arange(0, BLOCK_K // 8)
+    mask = row_ok[:, None] & (words < K // 8)[None, :]
+    offsets = rows[:, None] * (K // 8) + words[None, :]
+    s_offsets = rows[:, None] * (K // GROUP) + (words * 8 // GROUP)[None, :]
+    packed = tl.load(wq_ptr + offsets, mask=mask, other=0, eviction_policy="evict_first")
+    scale = tl.load(s_ptr + s_offsets, mask=mask, other=0.0).to(tl.float32)
+    packed_up = packed
+    scale_up = scale
+    if EPILOGUE == 1:
+        up = N * (K // 8)
+        packed_up = tl.load(
+            wq_ptr + up + offsets, mask=mask, other=0, eviction_policy="evict_first"
+        )
+        scale_up = tl.load(s_ptr + N * (K // GROUP) + s_offsets, mask=mask, other=0.0)
+        scale_up = scale_up.to(tl.float32)
+    return packed, scale, packed_up, scale_up
+
+
+@triton.jit
+def _finish(
+    y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE: tl.constexpr, EPILOGUE: tl.constexpr
+):  # fmt: skip
+    if PROLOGUE == 5:
+        y = y * rstd
+        up = up * rstd
+    if EPILOGUE == 1:
+        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
+    elif EPILOGUE == 2:
+        m = tl.load(m_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
+        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+
+
+@triton.autotune(
+    configs=GEMV_INT4_CONFIGS,
+    key=["N", "K", "PROLOGUE", "SCALE", "EPILOGUE", "GROUP"],
+    prune_configs_by={"early_config_prune": _prune_splits},
+    cache_results=True,
+)
+@triton.jit
+def gemv_int4(
+    x_ptr,
+    b_ptr,
+    nw_ptr,
+    rw_ptr,
+    s_ptr,
+    xo_ptr,
+    m_ptr,
+    wq_ptr,
+    ws_ptr,
+    y_ptr,
+    part_ptr,
+    count_ptr,
+    N,
+    K,
+    eps,
+    PROLOGUE: tl.constexpr,
+    SCALE: tl.constexpr,
+    EPILOGUE: tl.constexpr,
+    PDL: tl.constexpr,
+    GROUP: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
+    WORDS: tl.constexpr = BLOCK_K // 8
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    k_first = split * BLOCK_K
+    # The first chunk of weights depends on no earlier kernel (see `triton_kernels.gemv`).
+    packed, scale, packed_up, scale_up = _int4_weights(
+        wq_ptr, ws_ptr, rows, row_ok, k_first // 8, N, K, BLOCK_K, GROUP, EPILOGUE
+    )
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    rstd = 1.0
+    branch_rstd = 1.0
+    scalar = 1.0
+    if SCALE:
+        scalar = tl.load(s_ptr).to(tl.float32)
+    if PROLOGUE == 1:
+        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
+    if PROLOGUE == 3 or PROLOGUE == 4:
+        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
+        row_squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            res_cols = k0 + tl.arange(0, BLOCK_K)
+            res_ok = res_cols < K
+            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, res_cols, res_ok, branch_rstd, SCALE)
+            row_squares += xn * xn
+            if (pid == 0) & (split == 0):
+                tl.store(xo_ptr + res_cols, xn.to(xo_ptr.dtype.element_ty), mask=res_ok)
+        rstd = 1.0 / tl.sqrt(tl.sum(row_squares, axis=0) / K + eps)
+    acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
+    squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    for k0 in range(k_first, K, BLOCK_K * SPLIT_K):
+        if k0 > k_first:
+            packed, scale, packed_up, scale_up = _int4_weights(
+                wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, EPILOGUE
+            )
+        cols = k0 + tl.arange(0, BLOCK_K)
+        x, squares = _input(
+            x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, cols < K, rstd, branch_rstd,
+            squares, PROLOGUE, SCALE,
+        )  # fmt: skip
+        # Per word: sum_i q_i x_i = 16 * sum_i f_i x_i - 24 * sum_i x_i (16 applied at the end).
+        offset = 1.5 * tl.sum(tl.reshape(x, (WORDS, 8)), axis=1)
+        x0, x1, x2, x3, x4, x5, x6, x7 = _eighths(x, WORDS)
+        part = _word_dot(packed, x0, x1, x2, x3, x4, x5, x6, x7)
+        acc += (part - offset[None, :]) * scale
+        if EPILOGUE == 1:
+            part_up = _word_dot(packed_up, x0, x1, x2, x3, x4, x5, x6, x7)
+            acc_up += (part_up - offset[None, :]) * scale_up
+    y = 16.0 * tl.sum(acc, axis=1)
+    up = 16.0 * tl.sum(acc_up, axis=1)
+    if SPLIT_K == 1:
+        if PROLOGUE == 5:
+            rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+        _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
+    else:
+        tl.store(part_ptr + split * 2 * N + rows, y, mask=row_ok)
+        if EPILOGUE == 1:
+            tl.store(part_ptr + split * 2 * N + N + rows, up, mask=row_ok)
+        # All of the program's stores before its one thread's release (CUTLASS's
+        # semaphore); the last program in acquires every split's.
+        tl.debug_barrier()
+        if tl.atomic_add(count_ptr + pid, 1, sem="acq_rel") == SPLIT_K - 1:
+            y = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            up = tl.zeros((BLOCK_N,), dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                part_rows = part_ptr + s * 2 * N + rows
+                y += tl.load(part_rows, mask=row_ok, other=0.0, cache_modifier=".cg")
+                if EPILOGUE == 1:
+                    up += tl.load(part_rows + N, mask=row_ok, other=0.0, cache_modifier=".cg")
+            if PROLOGUE == 5:
+                rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
+            _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
+            tl.atomic_xchg(count_ptr + pid, 0)
+
+
+MATMUL_INT4_CONFIGS = [
+    triton.Config(
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s
+    )
+    for bm, bn, bk, sk, w, s in (
+        (16, 64, 128, 1, 4, 3),
+        (16, 64, 256, 1, 4, 3),
+        (16, 128, 128, 1, 4, 3),
+        (32, 64, 128, 1, 4, 3),
+        (64, 128, 128, 1, 8, 3),
+        (16, 64, 128, 4, 4, 3),
+        (16, 64, 256, 4, 4, 3),
+        (16, 64, 128, 8, 4, 3),
+        (32, 64, 128, 4, 4, 3),
+        (64, 128, 128, 4, 8, 3),
+    )
+]
+
+
+@triton.jit
+def _dequantized(packed, scale, i: tl.constexpr, dtype: tl.constexpr):
+    # q * scale of nibble i of every word: q = 16 f - 24 (`_nibble_floats`), one fma.
+    return (_nibble_floats(packed, i) * (16.0 * scale) - 24.0 * scale).to(dtype)
+
+
+@triton.jit
+def _dequantized_tile(packed, scale, dtype: tl.constexpr):
+    # (outputs, words) -> (outputs, 8 * words) in input order. Element 8j + i is nibble i
+    # of word j: interleaving nibbles (0,4), (2,6), (1,5), (3,7), then the pairs, then
+    # the halves, puts every nibble back at its input.
+    w0 = _dequantized(packed, scale, 0, dtype)
+    w1 = _dequantized(packed, scale, 1, dtype)
+    w2 = _dequantized(packed, scale, 2, dtype)
+    w3 = _dequantized(packed, scale, 3, dtype)
+    w4 = _dequantized(packed, scale, 4, dtype)
+    w5 = _dequantized(packed, scale, 5, dtype)
+    w6 = _dequantized(packed, scale, 6, dtype)
+    w7 = _dequantized(packed, scale, 7, dtype)
+    evens = tl.interleave(tl.interleave(w0, w4), tl.interleave(w2, w6))
+    odds = tl.interleave(tl.interleave(w1, w5), tl.interleave(w3, w7))
+    return tl.interleave(evens, odds)
+
+
+@triton.autotune(
+    configs=MATMUL_INT4_CONFIGS,
+    key=["M_BUCKET", "N", "K", "GROUP"],
+    prune_configs_by={"early_config_prune": _prune_splits},
+    cache_results=True,
+)
+@triton.jit
+def matmul_int4(
+    x_ptr,
+    wq_ptr,
+    ws_ptr,
+    y_ptr,
+    part_ptr,
+    count_ptr,
+    M,
+    N,
+    K,
+    M_BUCKET,
+    GROUP: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    # Tiles of BLOCK_M rows by BLOCK_N outputs; each chunk's int4 tile is dequantized in
+    # registers, nibble by nibble, interleaved back into input order and multiplied on
+    # the tensor cores, so the weights stream once for all rows.
+    # Row tiles first: the programs that share a weight tile run together, and all but
+    # the first read it from L2.
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    split = tl.program_id(2)
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    outs = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < M
+    out_ok = outs < N
+    dtype = x_ptr.dtype.element_ty
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(split * BLOCK_K, K, BLOCK_K * SPLIT_K):
+        words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+        word_ok = words < K // 8
+        mask = out_ok[:, None] & word_ok[None, :]
+        packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
+        scale = tl.load(
+            ws_ptr + outs[:, None] * (K // GROUP) + (words * 8 // GROUP)[None, :],
+            mask=mask,
+            other=0.0,
+        ).to(tl.float32)
+        w = _dequantized_tile(packed, scale, dtype)
+        cols = k0 + tl.arange(0, BLOCK_K)
+        x = tl.load(
+            x_ptr + rows[:, None] * K + cols[None, :],
+            mask=row_ok[:, None] & (cols < K)[None, :],
+            other=0.0,
+        )
+        # Outputs on the product's long side (the rows are few): wgmma's M, the
+        # dequantized tile its register operand.
+        acc += tl.dot(w, tl.trans(x))
+    offsets = outs[:, None] + rows[None, :] * N
+    tile_ok = out_ok[:, None] & row_ok[None, :]
+    if SPLIT_K == 1:
+        tl.store(y_ptr + offsets, acc.to(y_ptr.dtype.element_ty), mask=tile_ok)
+    else:
+        tl.store(part_ptr + split * M * N + offsets, acc, mask=tile_ok)
+        tile = pid_n * tl.num_programs(0) + pid_m
+        tl.debug_barrier()
+        if tl.atomic_add(count_ptr + tile, 1, sem="acq_rel") == SPLIT_K - 1:
+            total = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            for s in tl.static_range(SPLIT_K):
+                total += tl.load(
+                    part_ptr + s * M * N + offsets, mask=tile_ok, other=0.0, cache_modifier=".cg"
+                )
+            tl.store(y_ptr + offsets, total.to(y_ptr.dtype.element_ty), mask=tile_ok)
+            tl.atomic_xchg(count_ptr + tile, 0)
