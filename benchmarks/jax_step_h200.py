@@ -1,24 +1,37 @@
-"""What sets the JAX engine's batch-1 decode step on a GPU, measured in process (no HTTP):
-the engine's own compiled decode program for `random:gemma-4-e2b` at batch 1 and KV 1024,
-timed three ways over the same steps:
+"""What sets the JAX engine's batch-1 decode on a GPU, measured in process (no HTTP): the
+engine's own compiled programs for `random:gemma-4-e2b` at batch 1 and KV 1024, over the
+server's cache (64 slots of 4,096 positions), timed four ways:
 
-- `synced`: the host reads each step's greedy token before queueing the next (what the
-  scheduler does);
-- `chained`: each step is fed the previous step's token on the device and the host waits
-  only at the end (the device's own pace, host dispatch hidden if it is faster);
-- `dispatch`: a program that takes the same arguments (every weight and the cache) and
-  does nothing with them: the host's cost of handing ~630 arrays to a call.
+- `synced_ms`: one step a call, the host reading each step's token before queueing the
+  next (what the scheduler does with `--decode-steps 1`);
+- `chained_ms`: one step a call, each fed the previous step's token on the device, the
+  host waiting only at the end (the device's pace, unless the host's launching is slower);
+- `dispatch_ms`: a program that takes the same arguments (every weight and the cache) and
+  does nothing with them: the host's cost of handing them to a call;
+- `steps_ms_per_token`: `--steps` greedy steps in one call (`greedy_steps`, what the
+  scheduler does with `--decode-steps N`), the host reading the tokens after each call.
 
-    python -m benchmarks.jax_step_h200 OUT_DIR [MODEL]   (MODEL: random:tiny-gemma4 for a
-                                                          dry run on CPU)
+Then a profile (`jax.profiler`, CUPTI) of a few chained steps and of one multi-step call:
+GPU kernels per step, the time the GPU is busy per step against the wall time, the
+kernels and host events that take the most, and the driver's launch calls per step
+(`cuLaunchKernel` one kernel at a time against `cuGraphLaunch`, XLA's command buffers).
+
+    python -m benchmarks.jax_step_h200 OUT_JSON [--model M] [--steps N] [--profile DIR]
+
+XLA_FLAGS (read by the process) selects the compiler's variant; `jax_vs_pytorch_h200.sh`
+runs this once per variant. MODEL `random:tiny-gemma4` dry-runs on a CPU.
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
+import gzip
 import json
-import sys
+import os
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,64 +40,160 @@ import numpy as np
 from engines.jax.runner import JaxRunner, load
 
 STEPS = 100
+TRACED_STEPS = 8
+
+
+def _timed(call: Any, sync: Any, n: int) -> float:
+    """Milliseconds a call over `n` calls, `sync` after the last."""
+    t = time.perf_counter()
+    for _ in range(n):
+        last = call()
+    sync(last)
+    return 1e3 * (time.perf_counter() - t) / n
+
+
+def _tally(
+    events: list[dict[str, Any]], per: int, top: int
+) -> tuple[list[tuple[str, float, float]], dict[str, int]]:
+    """The `top` event names by time (us per step, events per step), and every name's count."""
+    totals: dict[str, float] = collections.defaultdict(float)
+    counts: dict[str, int] = collections.defaultdict(int)
+    for e in events:
+        totals[e["name"][:80]] += float(e.get("dur", 0))
+        counts[e["name"][:80]] += 1
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+    return [(name, round(us / per, 1), counts[name] / per) for name, us in ranked], counts
+
+
+def summarize_trace(trace_dir: Path, per: int) -> dict[str, Any]:
+    """Kernel and host-event totals of the perfetto trace under `trace_dir`, per step."""
+    path = next(trace_dir.rglob("perfetto_trace.json.gz"))
+    with gzip.open(path) as f:
+        data = json.loads(f.read())
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    gpu = [e for e in events if e.get("ph") == "X" and "GPU" in names.get(e.get("pid"), "")]
+    host = [e for e in events if e.get("ph") == "X" and "GPU" not in names.get(e.get("pid"), "")]
+    out: dict[str, Any] = {"trace_file": str(path), "gpu_processes": sorted(
+        {names[e["pid"]] for e in gpu}
+    )}
+    if gpu:
+        spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in gpu)
+        busy, end = 0.0, spans[0][0]
+        for start, stop in spans:
+            busy += max(0.0, stop - max(start, end))
+            end = max(end, stop)
+        out["gpu_events_per_step"] = len(gpu) / per
+        out["gpu_busy_ms_per_step"] = busy / per / 1e3
+        out["gpu_span_ms_per_step"] = (end - spans[0][0]) / per / 1e3
+        out["top_gpu_us_per_step"] = _tally(gpu, per, 12)[0]
+    out["top_host_us_per_step"], host_counts = _tally(host, per, 15)
+    out["launch_calls_per_step"] = {
+        name: n / per
+        for name, n in host_counts.items()
+        if any(k in name for k in ("LaunchKernel", "GraphLaunch", "cuGraph", "cudaGraph"))
+    }
+    return out
 
 
 def main() -> int:
-    out = Path(sys.argv[1])
-    out.mkdir(parents=True, exist_ok=True)
+    p = argparse.ArgumentParser(prog="python -m benchmarks.jax_step_h200")
+    p.add_argument("out", type=Path)
+    p.add_argument("--model", default="random:gemma-4-e2b")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--slots", type=int, default=64)
+    p.add_argument("--max-len", type=int, default=4096)
+    p.add_argument("--kv", type=int, default=1024)
+    p.add_argument("--profile", type=Path, default=None)
+    args = p.parse_args()
     t0 = time.monotonic()
+    result: dict[str, Any] = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "steps": args.steps}
+
+    def save() -> None:
+        args.out.write_text(json.dumps(result, indent=2))
+
     loaded = load(
-        sys.argv[2] if len(sys.argv) > 2 else "random:gemma-4-e2b",
-        dtype="bfloat16",
-        device="auto", seed=0, max_model_len=1024,
+        args.model, dtype="bfloat16", device="auto", seed=0, max_model_len=args.max_len,
         served_name=None,
     )
-    runner = JaxRunner(loaded, num_slots=1, prefill_buckets=[128], kv_buckets=[1024],
-                       batch_buckets=[1])
-    program = runner.compile_program("decode", 1, 1024)
-    result: dict[str, float | int | str] = {"load_compile_s": time.monotonic() - t0}
+    runner = JaxRunner(
+        loaded, num_slots=args.slots, prefill_buckets=[128], kv_buckets=[args.kv],
+        batch_buckets=[1], decode_steps=args.steps,
+    )
+    result["load_s"] = time.monotonic() - t0
+    t1 = time.monotonic()
+    program = runner.compile_program("decode", 1, args.kv)
+    many = runner.compile_program("steps", 1, args.kv)
+    result["compile_s"] = time.monotonic() - t1
     params, bias = loaded.params, runner.bias
-    leaves = len(jax.tree_util.tree_leaves((params, runner.cache)))
-    result["argument_arrays"] = leaves
+    result["argument_arrays"] = len(jax.tree_util.tree_leaves((params, runner.cache)))
     tokens = np.array([65], np.int32)
     positions = np.array([600], np.int32)
     slots = np.array([0], np.int32)
     banned = np.full((1, 8), loaded.spec.vocab_size, np.int32)
-    cache = runner.cache
-    for _ in range(5):
-        cache, _, greedy = program(params, cache, tokens, positions, slots, bias, banned)
-    np.asarray(greedy)
-    t = time.perf_counter()
-    for _ in range(STEPS):
-        cache, _, greedy = program(params, cache, tokens, positions, slots, bias, banned)
-        np.asarray(greedy)
-    result["synced_ms"] = 1e3 * (time.perf_counter() - t) / STEPS
-    token_dev = jnp.asarray(tokens)
-    t = time.perf_counter()
-    for _ in range(STEPS):
-        cache, _, greedy = program(params, cache, token_dev, positions, slots, bias, banned)
-        token_dev = greedy.astype(jnp.int32)
-    jax.block_until_ready(token_dev)
-    result["chained_ms"] = 1e3 * (time.perf_counter() - t) / STEPS
+    left = np.zeros(1, np.int32)
+    state: dict[str, Any] = {"cache": runner.cache, "token": jnp.asarray(tokens)}
+
+    def synced() -> Any:
+        state["cache"], _, greedy = program(
+            params, state["cache"], tokens, positions, slots, bias, banned
+        )
+        return np.asarray(greedy)
+
+    def chained() -> Any:
+        state["cache"], _, greedy = program(
+            params, state["cache"], state["token"], positions, slots, bias, banned
+        )
+        state["token"] = greedy.astype(jnp.int32)
+        return state["token"]
+
+    def several() -> Any:
+        state["cache"], out = many(
+            params, state["cache"], tokens, positions, slots, bias, banned, banned, left
+        )
+        return np.asarray(out)
+
+    def idle_sync(x: Any) -> None:
+        jax.block_until_ready(x)
+
+    for call in (synced, chained, several):
+        _timed(call, idle_sync, 5)
+    result["synced_ms"] = _timed(synced, idle_sync, STEPS)
+    result["chained_ms"] = _timed(chained, idle_sync, STEPS)
+    result["steps_ms_per_token"] = _timed(several, idle_sync, STEPS // args.steps) / args.steps
+    save()
 
     def nothing(p: object, c: object, x: jax.Array) -> jax.Array:
         return x + 1
 
-    idle = jax.jit(nothing).lower(params, cache, token_dev).compile()
-    for _ in range(5):
-        y = idle(params, cache, token_dev)
-    jax.block_until_ready(y)
-    t = time.perf_counter()
-    for _ in range(STEPS):
-        y = idle(params, cache, token_dev)
-    jax.block_until_ready(y)
-    result["dispatch_ms"] = 1e3 * (time.perf_counter() - t) / STEPS
+    idle = jax.jit(nothing).lower(params, state["cache"], state["token"]).compile()
+    result["dispatch_ms"] = _timed(
+        lambda: idle(params, state["cache"], state["token"]), idle_sync, STEPS
+    )
     hlo = program.as_text() or ""
     result["hlo_fusions"] = hlo.count("kind=k")
     result["hlo_custom_calls"] = hlo.count("custom-call(")
     result["jax"] = jax.__version__
-    (out / "step.json").write_text(json.dumps(result, indent=2))
-    print(json.dumps(result, indent=2))
+    result["device"] = str(loaded.device)
+    save()
+    if args.profile is not None:
+        for name, call, calls, per_call in (
+            ("one_step_a_call", chained, TRACED_STEPS, 1),
+            ("steps_in_one_call", several, 1, args.steps),
+        ):
+            folder = args.profile / name
+            with jax.profiler.trace(str(folder), create_perfetto_trace=True):
+                for _ in range(calls):
+                    last = call()
+                jax.block_until_ready(last)
+            try:
+                result[f"profile_{name}"] = summarize_trace(folder, calls * per_call)
+            except (StopIteration, KeyError, ValueError) as e:
+                result[f"profile_{name}"] = {"error": f"{type(e).__name__}: {e}"}
+            save()
+    result["total_s"] = time.monotonic() - t0
+    save()
+    print(json.dumps(result, indent=1)[:6000])
     return 0
 
 

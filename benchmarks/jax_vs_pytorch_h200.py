@@ -14,6 +14,9 @@ Sections, each recorded even if a later one fails (`result.json` is rewritten af
    requests of 128 prompt and 512 output tokens, with the server's decode step time.
 
     python -m benchmarks.jax_vs_pytorch_h200 OUT_DIR [--engines jax,pytorch]
+        [--jax-flags "FLAGS"] [--prefill-lens 128,512] [--no-roofline] [--model M]
+
+(`--jax-flags` replaces the JAX server's flags below, for a shorter compile.)
 
 Prints a table last; writes OUT_DIR/result.json, the sweeps' records and server logs.
 """
@@ -103,11 +106,14 @@ def one_completion_s(client: httpx.Client, prompt: list[int], max_tokens: int) -
     return elapsed
 
 
-def engine_run(engine: str, out: Path, result: dict[str, Any], save: Any) -> None:
+def engine_run(
+    engine: str, out: Path, result: dict[str, Any], save: Any, flags: Sequence[str]
+) -> None:
+    model = result["model"]
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    argv = [sys.executable, "-m", f"engines.{engine}", "--model", MODEL, "--port", str(port)]
-    argv += ["--max-running", str(max(LEVELS)), *SERVER_FLAGS[engine]]
+    argv = [sys.executable, "-m", f"engines.{engine}", "--model", model, "--port", str(port)]
+    argv += ["--max-running", str(max(LEVELS)), *flags]
     mine: dict[str, Any] = {"argv": argv[1:], "cells": {}}
     result[engine] = mine
     t0 = time.monotonic()
@@ -122,7 +128,7 @@ def engine_run(engine: str, out: Path, result: dict[str, Any], save: Any) -> Non
             mine["first_completion_s"] = time.monotonic() - t0
             save()
             prefill: dict[str, float] = {}
-            for n in PREFILL_LENS:
+            for n in result["prefill_lens"]:
                 ids = [0x20 + (7 * i) % 90 for i in range(n)]
                 one_completion_s(client, ids, 1)
                 best = min(one_completion_s(client, ids, 1) for _ in range(3))
@@ -184,7 +190,7 @@ def table(result: dict[str, Any]) -> str:
     row("launch to /health (s)", lambda r: r["health_s"])
     row("first completion after health (s)", lambda r: r["first_completion_after_health_s"])
     row("compile (s) / buckets", lambda r: f"{r['compile_s']:.1f} / {r['compiled_buckets']}")
-    for n in PREFILL_LENS:
+    for n in result["prefill_lens"]:
         row(f"prefill ms/token at {n}", lambda r, n=n: r["prefill_ms_per_token"][str(n)])
     for level in LEVELS:
         key = str(level)
@@ -214,19 +220,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.jax_vs_pytorch_h200")
     p.add_argument("out", type=Path)
     p.add_argument("--engines", default="jax,pytorch")
+    p.add_argument("--jax-flags", default=None, help="the JAX server's flags (default: ours)")
+    p.add_argument("--prefill-lens", default=",".join(map(str, PREFILL_LENS)))
+    p.add_argument("--no-roofline", action="store_true")
+    p.add_argument("--model", default=MODEL, help="random:tiny-gemma4 for a dry run on a CPU")
     args = p.parse_args(argv)
+    flags = dict(SERVER_FLAGS)
+    if args.jax_flags is not None:
+        flags["jax"] = tuple(args.jax_flags.split())
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     engines = [e for e in args.engines.split(",") if e]
-    result: dict[str, Any] = {"model": MODEL, "engines": engines, "errors": {}}
+    result: dict[str, Any] = {"model": args.model, "engines": engines, "errors": {}}
+    result["prefill_lens"] = [int(n) for n in args.prefill_lens.split(",") if n]
 
     def save() -> None:
         (out / "result.json").write_text(json.dumps(result, indent=2, default=str))
 
     def engine_section(engine: str) -> Callable[[], None]:
-        return lambda: engine_run(engine, out, result, save)
+        return lambda: engine_run(engine, out, result, save, flags[engine])
 
-    sections: list[tuple[str, Callable[[], None]]] = [("roofline", lambda: roofline(result))]
+    sections: list[tuple[str, Callable[[], None]]] = []
+    if not args.no_roofline:
+        sections.append(("roofline", lambda: roofline(result)))
     sections += [(e, engine_section(e)) for e in engines]
     for name, run in sections:
         try:

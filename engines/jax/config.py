@@ -41,6 +41,7 @@ class JaxEngineConfig:
     prefill_buckets: tuple[int, ...] = (64, 256, 512)
     kv_buckets: tuple[int, ...] = (1024, 2048, 4096)
     batch_buckets: tuple[int, ...] = (1, 8)
+    decode_steps: int = 8
     prefill_budget: int = 2048
     compile_threads: int = 4
     log_level: str = "info"
@@ -90,6 +91,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=_sizes,
         default=d.batch_buckets,
         help="decode batch sizes compiled below --max-running (which is always one)",
+    )
+    p.add_argument(
+        "--decode-steps",
+        type=_positive,
+        default=d.decode_steps,
+        help="greedy decode steps per device call while every running request is greedy "
+        "(1: a call a step); tokens stream in groups of up to this many",
     )
     p.add_argument(
         "--prefill-budget",

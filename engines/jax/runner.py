@@ -10,7 +10,10 @@ pair ahead of time, so no request ever waits for XLA.
 
 The greedy choice (with each row's banned ids) happens on the device inside the decode
 program; sampled rows (temperature > 0) are drawn on the host from their logits with the
-request's own numpy generator, seeded when the request gives a seed.
+request's own numpy generator, seeded when the request gives a seed. When every running
+row is greedy, `decode_steps` runs `steps` decode steps in one device call (a loop on the
+device that feeds each step's tokens to the next), so the host's cost of a call (argument
+handling, launching the program, waiting for its tokens) is paid once per `steps` tokens.
 """
 
 from __future__ import annotations
@@ -185,6 +188,41 @@ def _choose_greedy(logits: jax.Array, banned: jax.Array) -> jax.Array:
     return jnp.argmax(logits.at[rows, banned].set(-jnp.inf, mode="drop"), axis=-1)
 
 
+def greedy_steps(
+    p: Any,
+    cache: Any,
+    tokens: jax.Array,
+    positions: jax.Array,
+    slots: jax.Array,
+    bias: jax.Array,
+    always: jax.Array,
+    until: jax.Array,
+    min_left: jax.Array,
+    *,
+    spec: gemma.GemmaSpec,
+    kv_len: int,
+    steps: int,
+) -> tuple[Any, jax.Array]:
+    """`steps` greedy decode steps, each fed the tokens of the one before: tokens
+    [steps, rows]. Row r bans `always[r]` at every step and `until[r]` at its first
+    `min_left[r]` steps (stop ids before `min_tokens`); padding rows (position -1) stay
+    padding."""
+    active = positions >= 0
+
+    def body(j: jax.Array, carry: tuple[Any, jax.Array, jax.Array]) -> Any:
+        cache, fed, out = carry
+        at = jnp.where(active, positions + j, -1)
+        cache, logits = gemma.decode(p, spec, cache, fed, at, slots, bias, kv_len)
+        gated = jnp.where((j < min_left)[:, None], until, spec.vocab_size)
+        chosen = _choose_greedy(logits, jnp.concatenate([always, gated], axis=1))
+        chosen = chosen.astype(jnp.int32)
+        return cache, chosen, out.at[j].set(chosen)
+
+    out = jnp.zeros((steps, tokens.shape[0]), jnp.int32)
+    cache, _, out = jax.lax.fori_loop(0, steps, body, (cache, tokens, out))
+    return cache, out
+
+
 def sample_host(
     logits: np.ndarray, params: SamplingParams, banned: Sequence[int], rng: np.random.Generator
 ) -> int:
@@ -222,6 +260,7 @@ class JaxRunner:
         prefill_buckets: Sequence[int],
         kv_buckets: Sequence[int],
         batch_buckets: Sequence[int] = (1, 8),
+        decode_steps: int = 1,
     ) -> None:
         self.loaded = loaded
         self.spec = loaded.spec
@@ -233,6 +272,7 @@ class JaxRunner:
             raise ValueError("--prefill-buckets: a prompt bucket is longer than --max-model-len")
         self.chunk = self.prefill_buckets[-1]
         self.batch_buckets = sorted({*(b for b in batch_buckets if b < num_slots), num_slots})
+        self.steps = max(1, decode_steps)
         dev = loaded.device
         bias = np.zeros(self.spec.vocab_size, np.float32)
         if loaded.output_ids is not None:
@@ -244,13 +284,17 @@ class JaxRunner:
         )
         self._prefill: dict[tuple[int, int], Callable[..., Any]] = {}
         self._decode: dict[tuple[int, int], Callable[..., Any]] = {}
+        self._steps: dict[tuple[int, int], Callable[..., Any]] = {}
         self.compile_s = 0.0
 
     # -- compiling ----------------------------------------------------------------
 
     def programs(self) -> list[tuple[str, int, int]]:
-        """Every program the ladder needs: ("prefill", T, K) for K >= T, ("decode", B, K)."""
+        """Every program the ladder needs: ("prefill", T, K) for K >= T, ("decode", B, K),
+        and ("steps", B, K) when several greedy steps run in one call."""
         out = [("decode", b, k) for b in self.batch_buckets for k in self.kv_buckets]
+        if self.steps > 1:
+            out += [("steps", b, k) for b in self.batch_buckets for k in self.kv_buckets]
         out += [
             ("prefill", t, k) for t in self.prefill_buckets for k in self.kv_buckets if k >= t
         ]
@@ -272,6 +316,14 @@ class JaxRunner:
             banned = jnp.zeros((t, BANNED_PER_ROW), i32)
             args = (params, self.cache, rows, rows, rows, self.bias, banned)
             return jax.jit(step, donate_argnums=(1,)).lower(*args).compile()
+        if kind == "steps":
+            rows = jnp.zeros(t, i32)
+            banned = jnp.zeros((t, BANNED_PER_ROW), i32)
+            run = functools.partial(greedy_steps, spec=spec, kv_len=k, steps=self.steps)
+            lowered = jax.jit(run, donate_argnums=(1,)).lower(
+                params, self.cache, rows, rows, rows, self.bias, banned, banned, rows
+            )
+            return lowered.compile()
 
         def fill(
             p: Any, cache: Any, tokens: Any, start: Any, length: Any, slot: Any, bias: Any
@@ -294,10 +346,9 @@ class JaxRunner:
             for future in futures:
                 kind, t, k = futures[future]
                 compiled = future.result()
-                if kind == "decode":
-                    self._decode[(t, k)] = compiled
-                else:
-                    self._prefill[(t, k)] = compiled
+                {"decode": self._decode, "steps": self._steps, "prefill": self._prefill}[kind][
+                    (t, k)
+                ] = compiled
                 done += 1
                 if progress is not None:
                     progress(done, len(todo))
@@ -306,7 +357,7 @@ class JaxRunner:
 
     @property
     def compiled(self) -> int:
-        return len(self._decode) + len(self._prefill)
+        return len(self._decode) + len(self._steps) + len(self._prefill)
 
     # -- steps --------------------------------------------------------------------
 
@@ -364,6 +415,48 @@ class JaxRunner:
             pad_banned,
         )
         return logits, np.asarray(greedy)[:n]
+
+    def decode_greedy(
+        self,
+        slots: Sequence[int],
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        always: Sequence[Sequence[int]],
+        until: Sequence[Sequence[int]],
+        min_left: Sequence[int],
+    ) -> np.ndarray:
+        """`steps` greedy steps for the running `slots` in one call (see `greedy_steps`):
+        tokens [steps, len(slots)] on the host. A row may pass its `max_tokens` or the
+        KV's end inside the call: those tokens are the caller's to drop."""
+        n = len(slots)
+        b = next(size for size in self.batch_buckets if size >= n)
+        k = self._kv_bucket(min(max(positions) + self.steps, self.max_len))
+        pad_slots = np.full(b, self.num_slots, np.int32)
+        pad_slots[:n] = slots
+        pad_tokens = np.zeros(b, np.int32)
+        pad_tokens[:n] = tokens
+        pad_positions = np.full(b, -1, np.int32)
+        pad_positions[:n] = positions
+        pad_left = np.zeros(b, np.int32)
+        pad_left[:n] = min_left
+        bans = []
+        for lists in (always, until):
+            pad = np.full((b, BANNED_PER_ROW), self.spec.vocab_size, np.int32)
+            for row, ids in enumerate(lists):
+                pad[row, : len(ids)] = ids
+            bans.append(pad)
+        self.cache, out = self._steps[(b, k)](
+            self.loaded.params,
+            self.cache,
+            pad_tokens,
+            pad_positions,
+            pad_slots,
+            self.bias,
+            bans[0],
+            bans[1],
+            pad_left,
+        )
+        return np.asarray(out)[:, :n]
 
 
 @functools.lru_cache(maxsize=1)

@@ -5,7 +5,11 @@ The same contract as the PyTorch engine's scheduler (`engines.serving.server.Bat
 `deliver`. One iteration: take new requests and aborts; prefill waiting prompts into free
 slots, chunk by chunk, at most `prefill_budget` prompt tokens per iteration (a prompt's
 chunks depend only on the prompt, so its numbers never depend on the load); then one
-decode step over every slot, which running requests join and leave between steps.
+decode step over every slot, which running requests join and leave between steps. When
+every running request is greedy and one of them still has `runner.steps` tokens to go,
+that decode call runs `runner.steps` steps on the device (`JaxRunner.decode_greedy`) and
+its tokens are accepted in order, a finished request's surplus dropped: requests join and
+leave between calls, and stream in groups of up to that many tokens.
 """
 
 from __future__ import annotations
@@ -191,8 +195,29 @@ class JaxScheduler:
     def _choose(self, seq: _Sequence, row: np.ndarray) -> int:
         return sample_host(row, seq.request.params, self._banned(seq), seq.rng)
 
+    def _greedy_bans(self, seq: _Sequence) -> tuple[list[int], list[int], int] | None:
+        """A row's bans for `decode_greedy` (after `min_tokens`, before it, and its steps
+        left before it), or None where its tokens must be chosen on the host."""
+        params = seq.request.params
+        n = len(seq.output_ids)
+        always = params.banned_ids(max(n, params.min_tokens), self.eos, seq.stop_ids)
+        until = self._banned(seq)
+        if not params.greedy or len(until) > BANNED_PER_ROW:
+            return None
+        return always, until, params.min_tokens - n
+
+    def _tokens_left(self, seq: _Sequence) -> int:
+        n = len(seq.output_ids)
+        return min(seq.request.params.max_tokens - n, self.max_model_len - seq.prompt_len - n)
+
     def _decode_step(self) -> None:
         rows = list(self._running)
+        if self.runner.steps > 1 and max(map(self._tokens_left, rows)) >= self.runner.steps:
+            greedy_bans = [self._greedy_bans(seq) for seq in rows]
+            ready = [b for b in greedy_bans if b is not None]
+            if len(ready) == len(rows):
+                self._decode_greedy(rows, ready)
+                return
         slots: list[int] = []
         for seq in rows:
             assert seq.slot is not None  # running sequences hold a slot
@@ -215,6 +240,32 @@ class JaxScheduler:
                 token = self._choose(seq, np.asarray(logits[row]))
             self._accept(seq, token)
         self.metrics.observe_step("decode", time.perf_counter() - t0, len(rows), len(rows))
+
+    def _decode_greedy(
+        self, rows: list[_Sequence], bans: list[tuple[list[int], list[int], int]]
+    ) -> None:
+        slots = [cast(int, seq.slot) for seq in rows]  # running sequences hold a slot
+        tokens = [seq.output_ids[-1] for seq in rows]
+        positions = [seq.prompt_len + len(seq.output_ids) - 1 for seq in rows]
+        always = [b[0] for b in bans]
+        until = [b[1] for b in bans]
+        left = [b[2] for b in bans]
+        t0 = time.perf_counter()
+        try:
+            out = self.runner.decode_greedy(slots, tokens, positions, always, until, left)
+        except Exception as e:
+            log.exception("decode steps failed")
+            for seq in rows:
+                self._finish_error(seq, f"decode failed: {e}")
+            return
+        step_s = (time.perf_counter() - t0) / len(out)
+        for step in out:
+            live = [(seq, int(token)) for seq, token in zip(rows, step, strict=True)]
+            live = [(seq, token) for seq, token in live if not seq.done]
+            for seq, token in live:
+                self._accept(seq, token)
+            if live:
+                self.metrics.observe_step("decode", step_s, len(live), len(live))
 
     def _accept(self, seq: _Sequence, token: int) -> None:
         params = seq.request.params

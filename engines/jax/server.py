@@ -37,16 +37,18 @@ def create_state(config: JaxEngineConfig) -> ServingState:
         prefill_buckets=config.prefill_buckets,
         kv_buckets=config.kv_buckets,
         batch_buckets=config.batch_buckets,
+        decode_steps=config.decode_steps,
     )
     metrics = EngineMetrics(loaded.name, prefix="jax_engine")
     metrics.set_kv_cache_bytes(cache_nbytes(runner.cache))
     total = len(runner.programs())
     log.info(
-        "compiling %d programs: prefill buckets %s and decode batch buckets %s, each "
-        "with KV buckets %s",
+        "compiling %d programs: prefill buckets %s and decode batch buckets %s (%d "
+        "greedy steps a call), each with KV buckets %s",
         total,
         runner.prefill_buckets,
         runner.batch_buckets,
+        runner.steps,
         runner.kv_buckets,
     )
 

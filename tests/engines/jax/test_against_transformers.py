@@ -31,7 +31,8 @@ PROMPTS = [
     "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11,",
 ]
 # Prompt buckets of 8 and 32 (longer prompts prefill in chunks), one KV bucket, decode
-# batches of 1 and 8: four programs, so the compile stays short on a shared CPU.
+# batches of 1 and 8, each one step a call and 8 greedy steps a call (the default): six
+# programs, so the compile stays short on a shared CPU.
 FLAGS = ("--device", "cpu", "--dtype", "float32", "--prefill-buckets", "8,32")
 FLAGS += ("--kv-buckets", "256", "--max-model-len", "256", "--max-running", "8")
 
@@ -69,7 +70,7 @@ def jax_url(
     with EngineServer("jax", argv, log_path=log_path, port=port, env=env, cwd=REPO_ROOT) as server:
         server.wait_healthy(f"http://127.0.0.1:{port}/health", HEALTH_TIMEOUT_S)
         log = log_path.read_text()
-        assert "compiled all 4 buckets" in log, log
+        assert "compiled all 6 buckets" in log, log
         yield f"http://127.0.0.1:{port}"
 
 
@@ -120,4 +121,4 @@ def test_greedy_equals_transformers_generate(
 
     assert asyncio.run(together()) == expected
     found = re.search(r"^jax_engine_compiled_buckets\{[^}]*\} (\S+)$", metrics, re.M)
-    assert found is not None and float(found.group(1)) == 4
+    assert found is not None and float(found.group(1)) == 6

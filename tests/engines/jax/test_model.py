@@ -1,6 +1,7 @@
 """The JAX port's pieces in process: the spec it reads from a Gemma 4 config (which layers
 own a cache, which reuse one, the double-wide MLP), the ring's positions, the bucket
-ladder, and a clear refusal of models it does not port."""
+ladder, several greedy steps in one call against one step a call, and a clear refusal of
+models it does not port."""
 
 from __future__ import annotations
 
@@ -48,6 +49,46 @@ def test_ladder_and_programs() -> None:
     assert ("prefill", 64, 32) not in runner.programs()  # a prompt bucket needs KV >= it
     assert runner.batch_buckets == [1, 2]  # 8 is more than the slots
     assert len(runner.programs()) == 2 * 3 + 3 + 2
+
+
+def test_greedy_steps_in_one_call_equal_one_step_a_call() -> None:
+    loaded = load(
+        "random:tiny-gemma4", dtype="float32", device="cpu", seed=0, max_model_len=128,
+        served_name=None,
+    )
+    runner = JaxRunner(
+        loaded, num_slots=4, prefill_buckets=[32], kv_buckets=[64], batch_buckets=[4],
+        decode_steps=4,
+    )
+    assert ("steps", 4, 64) in runner.programs()
+    runner.compile_all(threads=1)
+    prompts = {1: list(range(40, 70)), 3: list(range(80, 91))}  # 30 wraps the 16-ring
+
+    def first_tokens() -> tuple[list[int], list[int], list[int]]:
+        slots, tokens, positions = [], [], []
+        for slot, ids in prompts.items():
+            logits = runner.prefill(slot, ids, 0)
+            slots.append(slot)
+            tokens.append(int(np.argmax(np.asarray(logits))))
+            positions.append(len(ids))
+        return slots, tokens, positions
+
+    # one call of 4 steps; slot 3 bans token 65 at its first 2 steps, both ban 66 always
+    slots, tokens, positions = first_tokens()
+    always, until, left = [[66], [66]], [[66], [65, 66]], [0, 2]
+    together = runner.decode_greedy(slots, tokens, positions, always, until, left)
+    assert together.shape == (4, 2)
+    # the same 4 steps one call each, from the same prefill
+    slots, tokens, positions = first_tokens()
+    alone = []
+    for step in range(4):
+        bans = [[66], [65, 66] if step < 2 else [66]]
+        _, chosen = runner.decode(slots, tokens, positions, bans)
+        alone.append(chosen.tolist())
+        tokens = chosen.tolist()
+        positions = [p + 1 for p in positions]
+    assert together.tolist() == alone
+    assert 66 not in together
 
 
 def test_other_architectures_are_refused_in_one_line() -> None:

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# One call on a CUDA machine for the JAX engine's batch-1 decode (issue 19), within
+# $BUDGET seconds (default 480), each stage skipped when too little time is left:
+# 1. `benchmarks.jax_step_h200` with XLA's defaults and a profile: one step a call
+#    (synced, chained, the bare dispatch) against `--decode-steps 8` in one call;
+# 2. the same with XLA's command buffers (CUDA graphs) taking the device loop too;
+# 3. the server (`benchmarks.jax_vs_pytorch_h200 --engines jax`, our sweep at 1, 8, 64
+#    requests of 128/512) under the variant whose multi-step decode was fastest;
+# 4. if time is left, the step benchmark with command buffers off (what graphs give).
+# Results under $OUT: steps.json (every variant), b/result.json, logs and two traces.
+#
+#   OUT=/path/to/out WHEELS=../.whl bash benchmarks/jax_decode_h200.sh
+# (MODEL=random:tiny-gemma4 for a dry run on a CPU)
+set -uo pipefail
+T0=$SECONDS
+BUDGET="${BUDGET:-480}"
+OUT="${OUT:-$PWD/out}"
+WHEELS="${WHEELS:-.whl}"
+MODEL="${MODEL:-random:gemma-4-e2b}"
+mkdir -p "$OUT"
+left() { echo $((BUDGET - (SECONDS - T0))); }
+wheels=()
+for name in transformers pydantic pydantic_core annotated_types typing_inspection \
+  typing_extensions starlette uvicorn orjson httptools; do
+  for f in "$WHEELS"/"$name"-[0-9]*.whl; do [ -e "$f" ] && wheels+=("$f"); done
+done
+if [ ${#wheels[@]} -gt 0 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "${wheels[@]}" > "$OUT/pip.log" 2>&1
+  export PYTHONPATH="/tmp/site:$PWD"
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader \
+  || echo "no nvidia-smi"
+declare -A FLAGS=(
+  [default]=""
+  [graphs_while]="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL --xla_gpu_graph_min_graph_size=1"
+  [no_graphs]="--xla_gpu_enable_command_buffer="
+)
+step() {  # step NAME LIMIT_S [ARGS...]
+  local name=$1 limit=$2
+  shift 2
+  echo "== step $name (limit ${limit}s, $(left)s left)"
+  XLA_FLAGS="${FLAGS[$name]}" timeout "$limit" python3 -m benchmarks.jax_step_h200 \
+    "$OUT/step-$name.json" --model "$MODEL" --max-len 1024 "$@" >> "$OUT/steps.log" 2>&1
+  echo "step $name exit: $?"
+}
+step default 170 --profile /tmp/prof
+[ "$(left)" -gt 330 ] && step graphs_while 110
+best=$(python3 - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+done = {}
+for p in Path(sys.argv[1]).glob("step-*.json"):
+    r = json.loads(p.read_text())
+    if "steps_ms_per_token" in r:
+        done[p.stem.removeprefix("step-")] = r["steps_ms_per_token"]
+print(min(done, key=done.get) if done else "default")
+EOF
+)
+echo "== server under $best ($(left)s left)"
+server_s=$(( $(left) - 15 ))
+[ "$server_s" -gt 240 ] && server_s=240
+XLA_FLAGS="${FLAGS[$best]}" timeout "$server_s" python3 -m benchmarks.jax_vs_pytorch_h200 \
+  "$OUT/b" --model "$MODEL" --engines jax --prefill-lens 128,512 --jax-flags "--max-model-len 1024 \
+  --prefill-buckets 128,512 --kv-buckets 1024 --batch-buckets 1,8 --decode-steps 8 \
+  --compile-threads 8" > "$OUT/bench.log" 2>&1
+echo "server exit: $? (XLA_FLAGS of $best)"
+[ "$(left)" -gt 100 ] && step no_graphs $(( $(left) - 10 ))
+python3 - "$OUT" "$best" <<'EOF'
+import json, shutil, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+merged = {"server_variant": sys.argv[2]}
+for p in sorted(out.glob("step-*.json")):
+    merged[p.stem.removeprefix("step-")] = json.loads(p.read_text())
+    p.unlink()
+(out / "steps.json").write_text(json.dumps(merged, indent=1))
+for name in ("one_step_a_call", "steps_in_one_call"):
+    for trace in Path("/tmp/prof", name).rglob("perfetto_trace.json.gz"):
+        shutil.copy(trace, out / f"trace-{name}.json.gz")
+EOF
+rm -rf "$OUT"/b/*-sweep
+grep -v "^\s*$" "$OUT/bench.log" | tail -22
+python3 - "$OUT/steps.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for name, r in d.items():
+    if not isinstance(r, dict):
+        continue
+    keys = ("synced_ms", "chained_ms", "dispatch_ms", "steps_ms_per_token", "compile_s")
+    print(name, {k: round(r[k], 3) for k in keys if k in r})
+    for kind in ("one_step_a_call", "steps_in_one_call"):
+        prof = r.get(f"profile_{kind}", {})
+        print(" ", kind, {k: v for k, v in prof.items() if not k.startswith("top")})
+        print("  gpu top", prof.get("top_gpu_us_per_step", [])[:6])
+        print("  host top", prof.get("top_host_us_per_step", [])[:8])
+EOF
+echo "total $((SECONDS - T0))s"
