@@ -11,8 +11,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from agent.results import ResultWriter
 
+from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import run_sweep
 from agent.loadgen.vllm_export import vllm_bench_serve_run
@@ -118,9 +118,9 @@ def _sweep(url: str, out: Path, *, poll: bool) -> tuple[list[RequestRecord], lis
         async with OpenAIClient(url, settings=request) as client:
             if poll:
                 with ServerMetricsPoller(url) as poller:
-                    await run_sweep(client, settings, ResultWriter(out), server_metrics=poller)
+                    await run_sweep(client, settings, JobFolder(out), server_metrics=poller)
             else:
-                await run_sweep(client, settings, ResultWriter(out))
+                await run_sweep(client, settings, JobFolder(out))
 
     asyncio.run(go())
     records = [
