@@ -73,7 +73,9 @@ async def run_probe_command(args: argparse.Namespace) -> int:
         aside = prepare_out(out, mode)
         if aside:
             screen.print(f"earlier results moved to {aside}")
-        with nothing_left_unless_measured(out, aside, say=screen.print, unmeasured=()):
+        with nothing_left_unless_measured(
+            out, aside, say=screen.print, unmeasured=(SERVER_METRICS_FILE,)
+        ):
             summary = await _measure(client, settings, out, previous, screen)
     write_standalone(out, "probe", summary.base_url, [summary.model], settings)
     print_tables(screen, [probe_table(report_of([out]))])
