@@ -183,18 +183,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for rows in batches:
         these = [r for r in rows_out if r["rows"] == rows]
         step = {}
-        for impl in ("bf16_cublas", "int4_ours", "int4_torch", "int4_dequant_cublas"):
+        for impl in ("bf16_cublas", "int4_ours", "int4_torch"):
             if all(f"{impl}_us" in r for r in these):
                 step[impl] = sum(r[f"{impl}_us"] * r["count"] for r in these) / 1e3
         steps[str(rows)] = step
-        b, o, t, d = (
-            step.get(i) for i in ("bf16_cublas", "int4_ours", "int4_torch", "int4_dequant_cublas")
-        )
+        b, o, t = (step.get(i) for i in ("bf16_cublas", "int4_ours", "int4_torch"))
         lines.append(
             f"| {rows} | {b or float('nan'):.3f} | {o or float('nan'):.3f} | "
             f"{t or float('nan'):.3f} | {(o / b) if b and o else float('nan'):.2f}x time | "
             f"{(t / o) if t and o else float('nan'):.2f}x faster |"
-            + (f" dequantize + cuBLAS {d:.3f} ms" if d else "")
         )
     result["step_ms"] = steps
     lines.append(

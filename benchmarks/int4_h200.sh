@@ -8,12 +8,14 @@
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
 #           HTTP, 128 in / 512 out at 1, 8 and 64 requests, shipped server defaults) for
 #           bf16 and for --quantize w4a16;
+#   server-int4: the int4 sweep alone (about 3 minutes: the bf16 one is in
+#           benchmarks/records/2026-12-02-h200-int4-server.json);
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) if
 #           time is left; the autotuner's choices carry over through Triton's disk cache.
 # Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh).
 #
-#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|all
+#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -83,6 +85,16 @@ steps)
       --check-tokens 24 --profile --out "$OUT/step-$q.json" > "$OUT/step-$q.log" 2>&1
     echo "step $q exit: $?"; tail -3 "$OUT/step-$q.log" | cut -c1-400
   done
+  ;;
+server-int4)
+  SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
+  SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
+  timeout 560 python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
+    --levels 1,8,64 --repeats 1 --budget-s 540 --server-args "--quantize w4a16" \
+    > "$OUT/bench.log" 2>&1
+  echo "benchmark exit: $?"
+  grep "^|\|ERROR" "$OUT/bench.log"
+  rm -rf "$OUT"/eng/sweep*
   ;;
 server)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused

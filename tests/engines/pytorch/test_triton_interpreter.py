@@ -258,3 +258,31 @@ def test_tuned_configs_lists_the_autotuners_choices() -> None:
         tuner.cache.clear()
         tuner.cache.update(saved)
     assert "BLOCK_N: 4, BLOCK_K: 2048" in chosen["2560,1536,5,False,0"]
+
+
+def test_tuned_configs_lists_the_int4_kernels_choices() -> None:
+    from engines.pytorch import kernels, triton_int4
+
+    tuner = triton_int4.matmul_int4
+    saved = dict(tuner.cache)
+    try:
+        tuner.cache[(64, 1536, 12288, 32)] = triton_int4.MATMUL_INT4_CONFIGS[-1]
+        chosen = kernels.tuned_configs()
+    finally:
+        tuner.cache.clear()
+        tuner.cache.update(saved)
+    assert "SPLIT_K: 4" in chosen["matmul_int4:64,1536,12288,32"]
+
+
+def test_splits_are_offered_only_where_row_blocks_leave_sms_idle() -> None:
+    from engines.pytorch import triton_int4
+
+    def splits(**args: int) -> set[int]:
+        kept = triton_int4._prune_splits(triton_int4.GEMV_INT4_CONFIGS, args)
+        return {c.kwargs["SPLIT_K"] for c in kept}
+
+    # Down (1,536 outputs of 12,288 inputs): 96 blocks of 16 rows; the LM head: thousands.
+    assert splits(N=1536, K=12288) == {1, 2, 4, 8}
+    assert splits(N=262144, K=1536) == {1}
+    # A split must leave every program two chunks at least.
+    assert splits(N=1536, K=1024) == {1, 2}

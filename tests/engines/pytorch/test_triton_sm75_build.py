@@ -1,0 +1,60 @@
+"""The int4 kernels build for sm_75 (the T4 of the shipped T4 campaign) with float16
+activations, on a machine with no GPU, at every configuration the autotuner may choose
+(Triton's front end, the LLVM lowering and the bundled ptxas run without a device). No
+T4 is lent here, so this is what CI can check of that path before a campaign runs it.
+Skipped where Triton is not installed."""
+
+from __future__ import annotations
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from engines.pytorch import kernels, triton_int4  # noqa: E402
+
+T4 = GPUTarget("cuda", 75, 32)
+T4_SHARED_BYTES = 64 << 10  # per block
+
+
+def _signature(fn: object, count: int, ints: tuple[str, ...]) -> dict[str, str]:
+    names = fn.arg_names[:count]  # type: ignore[attr-defined]
+    kinds = {"wq_ptr": "*i32", "part_ptr": "*fp32", "count_ptr": "*i32", "eps": "fp32"}
+    kinds |= dict.fromkeys(ints, "i32")
+    return {name: kinds.get(name, "*fp16") for name in names}
+
+
+@pytest.mark.parametrize("config", triton_int4.GEMV_INT4_CONFIGS, ids=str)
+def test_gemv_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
+    signature = _signature(triton_int4.gemv_int4.fn, 15, ("N", "K"))
+    # The heaviest forms: norm scaled after + gate/up pair, residual + GELU times.
+    for prologue, epilogue in (
+        (kernels.RMS_NORM_AFTER, kernels.GELU_PAIR),
+        (kernels.RESIDUAL, kernels.GELU_TIMES),
+    ):
+        constants = {"PROLOGUE": prologue, "SCALE": False, "EPILOGUE": epilogue, "PDL": False}
+        constants |= {"GROUP": 32, **config.kwargs}
+        source = ASTSource(
+            fn=triton_int4.gemv_int4.fn,
+            signature=signature | dict.fromkeys(constants, "constexpr"),
+            constexprs=constants,
+        )
+        options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+        compiled = triton.compile(source, target=T4, options=options)
+        assert compiled.metadata.shared <= T4_SHARED_BYTES
+
+
+@pytest.mark.parametrize("config", triton_int4.MATMUL_INT4_CONFIGS, ids=str)
+def test_matmul_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
+    signature = _signature(triton_int4.matmul_int4.fn, 10, ("M", "N", "K", "M_BUCKET"))
+    constants = {"GROUP": 32, **config.kwargs}
+    source = ASTSource(
+        fn=triton_int4.matmul_int4.fn,
+        signature=signature | dict.fromkeys(constants, "constexpr"),
+        constexprs=constants,
+    )
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    compiled = triton.compile(source, target=T4, options=options)
+    assert compiled.metadata.shared <= T4_SHARED_BYTES
