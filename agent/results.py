@@ -16,10 +16,18 @@ from pydantic import BaseModel
 from contract.errors import BenchError
 from contract.results import REQUESTS_FILE, SUMMARY_FILE, VLLM_EXPORT_FILE, RequestRecord
 
-__all__ = ["INTERRUPTED_SUFFIX", "ResultWriteError", "ResultWriter"]
+__all__ = [
+    "EARLIER_ATTEMPT_PREFIX",
+    "INTERRUPTED_SUFFIX",
+    "ResultWriteError",
+    "ResultWriter",
+    "set_aside_earlier_attempt",
+]
 
 # `requests.jsonl` -> `requests.interrupted.jsonl`: lines of cells a resume measures again.
 INTERRUPTED_SUFFIX = ".interrupted"
+# `jobs/<job>/earlier-<n>/`: what an unfinished attempt at a job left, before it is retried.
+EARLIER_ATTEMPT_PREFIX = "earlier-"
 
 
 class ResultWriteError(BenchError, OSError):
@@ -91,3 +99,26 @@ class ResultWriter:
                 os.fsync(handle.fileno())
         except OSError as exc:
             raise ResultWriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def set_aside_earlier_attempt(job_dir: Path) -> Path | None:
+    """Move what an earlier, unfinished attempt at a job left in `job_dir` into
+    `job_dir/earlier-<n>/` and return it, so a retried job's files are its own alone: its
+    request lines never mixed with the earlier attempt's, and nothing deleted.
+    """
+    if not job_dir.is_dir():
+        return None
+    left = [p for p in job_dir.iterdir() if not p.name.startswith(EARLIER_ATTEMPT_PREFIX)]
+    if not left:
+        return None
+    n = 1
+    while (job_dir / f"{EARLIER_ATTEMPT_PREFIX}{n}").exists():
+        n += 1
+    target = job_dir / f"{EARLIER_ATTEMPT_PREFIX}{n}"
+    try:
+        target.mkdir()
+        for path in left:
+            path.rename(target / path.name)
+    except OSError as exc:
+        raise ResultWriteError(f"cannot set aside the earlier attempt in {job_dir}: {exc}") from exc
+    return target

@@ -44,7 +44,7 @@ from agent.provenance import (
     identify,
 )
 from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
-from agent.results import ResultWriter
+from agent.results import ResultWriter, set_aside_earlier_attempt
 from agent.supervisor import EngineError, EngineServer, choose_port, free_port, port_in_use
 from agent.telemetry import TelemetrySampler
 from agent.telemetry.server_metrics import (
@@ -283,6 +283,10 @@ class CampaignRunner:
                     continue
                 if self.should_stop():
                     break
+                for job in pending:
+                    aside = set_aside_earlier_attempt(self.job_dir(job))
+                    if aside is not None:
+                        log.info("job %s: earlier attempt's files moved to %s", job.job_id, aside)
                 records += self._run_arm(arm, pending, sampler, engines)
         finally:
             stats = sampler.stop()
