@@ -71,9 +71,14 @@ def console(stderr: bool = False) -> Console:
 
 def previous_summary(out: Path, kind: type[_S]) -> _S:
     """The summary an earlier run left in `out`, for --resume; one line if there is none."""
-    from contract.results import SUMMARY_FILE
+    from contract.results import REQUESTS_FILE, SUMMARY_FILE
 
     path = out / SUMMARY_FILE
+    if not path.exists() and (out / REQUESTS_FILE).exists():
+        raise UserError(
+            f"--resume: {out} holds requests but no summary (stopped before it wrote one); "
+            "use --overwrite to move it aside and start again"
+        )
     if not path.exists():
         raise UserError(f"--resume: {out} holds no results to resume")
     try:

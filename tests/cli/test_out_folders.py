@@ -199,6 +199,17 @@ def test_resume_needs_results(server: ReferenceServer, tmp_path: Path):
     assert result.returncode == 2 and "holds no results" in result.stderr
 
 
+def test_resume_of_a_run_stopped_before_its_summary_says_so(
+    server: ReferenceServer, tmp_path: Path
+):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "requests.jsonl").write_text("{}\n")
+    result = bench("probe", server.url, "--out", str(out), "--resume")
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
+    assert "holds requests but no summary" in result.stderr and "--overwrite" in result.stderr
+
+
 @pytest.mark.parametrize("shapes", ["64/0", "", "abc"])
 def test_bad_shapes_are_one_line(server: ReferenceServer, tmp_path: Path, shapes: str):
     result = bench("sweep", server.url, "--shapes", shapes, "--out", str(tmp_path / "x"))
