@@ -20,7 +20,7 @@ from agent.telemetry.server_metrics import (
     ServerMetricsCsv,
     ServerMetricsPoller,
 )
-from cli.outdir import nothing_left_unless_measured, prepare_out
+from cli.outdir import nothing_left_unless_measured
 from cli.parser import out_mode
 from cli.rate_table import rate_table
 from cli.standalone import (
@@ -28,6 +28,7 @@ from cli.standalone import (
     console,
     default_out,
     one_line,
+    open_out,
     previous_summary,
     progress_bar,
     request_settings,
@@ -88,18 +89,7 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
         transport=args.transport,
         max_connections=connections_for(settings),
     ) as client:
-        info = await client.server_info()  # unreachable: one line, and no folder left behind
-        if previous is not None and (previous.base_url, previous.model) != (
-            client.base_url,
-            info.model,
-        ):
-            raise UserError(
-                f"--resume: {out} measured {previous.model} at {previous.base_url}, "
-                f"not {info.model} at {client.base_url}"
-            )
-        aside = prepare_out(out, mode)
-        if aside:
-            screen.print(f"earlier results moved to {aside}")
+        aside = await open_out(client, out, mode, previous, screen)
         with nothing_left_unless_measured(
             out, aside, say=screen.print, unmeasured=(SERVER_METRICS_FILE,)
         ):
