@@ -82,6 +82,8 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
     if previous is not None and previous.settings != settings:
         raise UserError(f"--resume: {out} was swept with other settings; use --overwrite")
     screen = console()
+    if previous is not None and previous.finished_unix_s is not None:
+        return _show(screen, out, previous, " (already complete; nothing to resume)")
     async with OpenAIClient(
         args.url,
         model=args.model,
@@ -95,11 +97,16 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
         ):
             summary = await _measure(client, settings, out, previous, source, screen)
     write_standalone(out, "sweep", summary.base_url, [summary.model], settings)
-    if settings.mode == "rate":
+    return _show(screen, out, summary)
+
+
+def _show(screen: Console, out: Path, summary: SweepSummary, note: str = "") -> int:
+    """Print the sweep's tables; exit status 1 when a cell failed or lost requests."""
+    if summary.settings.mode == "rate":
         screen.print(rate_table(summary))
     else:
         print_tables(screen, sweep_tables(report_of([out])))
-    screen.print(f"results: {out}")
+    screen.print(f"results: {out}{note}")
     lost = summary.counts["failed"] + summary.counts.get("partial", 0)
     return 0 if lost == 0 else 1
 

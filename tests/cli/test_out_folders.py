@@ -103,6 +103,11 @@ def test_resume_finishes_an_interrupted_sweep_without_mixing(
     assert [i for i in ids if i.startswith("in64-out8/c1/")] == first_ids
     assert request_ids(out, "requests.interrupted.jsonl") == interrupted
 
+    finished = (out / "summary.json").read_bytes()
+    again = bench("sweep", server.url, *FLAGS, "--out", str(out), "--resume")
+    assert again.returncode == 0 and "already complete" in again.stdout
+    assert (out / "summary.json").read_bytes() == finished and request_ids(out) == ids
+
 
 RATE_FLAGS = ["--mode", "rate", "--rates", "8,16", "--window-s", "1.5", "--warmup-s", "0"]
 RATE_FLAGS += ["--shapes", "64/8", "--repeats", "2"]
