@@ -40,10 +40,12 @@ from contract.results import (
 )
 from contract.standalone import STANDALONE_FILE, StandaloneManifest
 
-__all__ = ["INTERRUPTED_SUFFIX", "JobFolder", "ResultWriteError"]
+__all__ = ["EARLIER_ATTEMPT_PREFIX", "INTERRUPTED_SUFFIX", "JobFolder", "ResultWriteError"]
 
 # `requests.jsonl` -> `requests.interrupted.jsonl`: lines of cells a resume measures again.
 INTERRUPTED_SUFFIX = ".interrupted"
+# `jobs/<job>/earlier-<n>/`: what an unfinished attempt at a job left, before it is retried.
+EARLIER_ATTEMPT_PREFIX = "earlier-"
 
 
 class ResultWriteError(BenchError, OSError):
@@ -122,6 +124,30 @@ class JobFolder:
             self._append(path.with_suffix(INTERRUPTED_SUFFIX + path.suffix), b"".join(moved))
             self._write(path, b"".join(kept))
         return len(moved)
+
+    def set_aside_earlier_attempt(self) -> Path | None:
+        """Move what an earlier, unfinished attempt at this job left here into
+        `earlier-<n>/` and return it, so a retried job's files are its own alone: its
+        request lines never mixed with the earlier attempt's, and nothing deleted.
+        """
+        if not self.path.is_dir():
+            return None
+        left = [p for p in self.path.iterdir() if not p.name.startswith(EARLIER_ATTEMPT_PREFIX)]
+        if not left:
+            return None
+        n = 1
+        while (self.path / f"{EARLIER_ATTEMPT_PREFIX}{n}").exists():
+            n += 1
+        target = self.path / f"{EARLIER_ATTEMPT_PREFIX}{n}"
+        try:
+            target.mkdir()
+            for path in left:
+                path.rename(target / path.name)
+        except OSError as exc:
+            raise ResultWriteError(
+                f"cannot set aside the earlier attempt in {self.path}: {exc}"
+            ) from exc
+        return target
 
     # -- whole files, replaced atomically --------------------------------------------------
 

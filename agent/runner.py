@@ -268,6 +268,10 @@ class CampaignRunner:
                     continue
                 if self.should_stop():
                     break
+                for job in pending:
+                    aside = self.folder(job).set_aside_earlier_attempt()
+                    if aside is not None:
+                        log.info("job %s: earlier attempt's files moved to %s", job.job_id, aside)
                 records += self._run_arm(arm, pending, sampler, engines)
         finally:
             stats = sampler.stop()

@@ -11,12 +11,13 @@ import argparse
 import asyncio
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported where used, so `bench --help` stays instant
     from rich.console import Console
     from rich.table import Table
 
+    from agent.evals.task import EvalTask
     from contract.evals import BFCLSettings, EvalSummary, GSM8KSettings
 
 __all__ = ["add_eval_parser", "eval_table", "run_eval_command"]
@@ -70,6 +71,11 @@ def add_eval_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     parser.add_argument("--timeout-s", type=float, default=600.0, help="per-request timeout (s)")
     parser.add_argument("--out", type=Path, help="results folder (default: ./results/eval-<time>)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="move what --out holds aside (to <out>.replaced-<time>) and start again",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     return parser
 
@@ -120,15 +126,12 @@ def eval_table(summary: EvalSummary) -> Table:
 
 
 async def _run(args: argparse.Namespace, console: Console) -> EvalSummary:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from agent.evals.gsm8k import GSM8K_TEST_SHA256
-    from agent.evals.runner import load_task, run_eval
-    from agent.loadgen.client import normalise_base_url
+    from agent.evals.runner import load_task
+    from agent.loadgen.client import OpenAIClient
     from agent.standalone import write_standalone_manifest
-    from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
-    from contract.evals import AnswerRecord
+    from agent.telemetry.server_metrics import SERVER_METRICS_FILE
+    from cli.outdir import nothing_left_unless_measured, prepare_out
 
     settings = _settings(args)
     # A local copy is used as given; its sha256 is recorded, and a warning says when it is
@@ -137,6 +140,37 @@ async def _run(args: argparse.Namespace, console: Console) -> EvalSummary:
     if args.data and task.data_sha256 != GSM8K_TEST_SHA256 and args.eval == "gsm8k":
         log.warning("%s is not the pinned GSM8K test split (sha256 differs)", args.data)
     out = args.out or _default_out()
+    async with OpenAIClient(args.url, model=args.model, settings=settings.request) as client:
+        model = (await client.server_info()).model  # unreachable: one line, no folder
+    aside = prepare_out(out, "overwrite" if args.overwrite else "new", resumable=False)
+    if aside:
+        console.print(f"earlier results moved to {aside}")
+    with nothing_left_unless_measured(
+        out, aside, say=console.print, unmeasured=(SERVER_METRICS_FILE,)
+    ):
+        summary = await _ask(task, args, out, model)
+    write_standalone_manifest(
+        out,
+        kind="eval",
+        base_url=summary.base_url,
+        models=[summary.model],
+        settings=settings.model_dump(mode="json"),
+    )
+    console.print(eval_table(summary))
+    console.print(f"results: {out}")
+    return summary
+
+
+async def _ask(task: EvalTask[Any], args: argparse.Namespace, out: Path, model: str) -> EvalSummary:
+    """Every question of `task` asked into `out`, with a progress bar of the accuracy."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from agent.evals.runner import run_eval
+    from agent.loadgen.client import normalise_base_url
+    from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
+    from contract.evals import AnswerRecord
+
     questions = len(task.questions())
     with Progress(
         "[progress.description]{task.description}",
@@ -156,17 +190,7 @@ async def _run(args: argparse.Namespace, console: Console) -> EvalSummary:
             progress.update(bar, advance=1, description=f"{args.eval} accuracy {accuracy:.1%}")
 
         with polling(normalise_base_url(args.url), out / SERVER_METRICS_FILE, args.eval):
-            summary = await run_eval(task, args.url, out, model=args.model, progress=advance)
-    write_standalone_manifest(
-        out,
-        kind="eval",
-        base_url=summary.base_url,
-        models=[summary.model],
-        settings=settings.model_dump(mode="json"),
-    )
-    console.print(eval_table(summary))
-    console.print(f"results: {out}")
-    return summary
+            return await run_eval(task, args.url, out, model=model, progress=advance)
 
 
 def _default_out() -> Path:

@@ -46,16 +46,20 @@ def move_aside(folder: Path) -> Path:
     raise OutFolderError(f"cannot find a free name to move {folder} aside")
 
 
-def prepare_out(folder: Path, mode: OutMode, *, flag: str = "--out") -> Path | None:
+def prepare_out(
+    folder: Path, mode: OutMode, *, flag: str = "--out", resumable: bool = True
+) -> Path | None:
     """Check `folder` for `mode`; for overwrite, move the old one aside and return where.
 
     `new` refuses a folder that holds results; `resume` needs one (the caller checks that
-    its settings match); `overwrite` moves it aside, never deletes it.
+    its settings match); `overwrite` moves it aside, never deletes it. `resumable` False:
+    the command has no --resume, and the refusal does not offer it.
     """
     held = holds_results(folder)
     if mode == "new" and held:
+        offer = "add --resume to finish that run or " if resumable else "add "
         raise OutFolderError(
-            f"{flag} {folder} already holds results; add --resume to finish that run or "
+            f"{flag} {folder} already holds results; {offer}"
             "--overwrite to move it aside and start again"
         )
     if mode == "resume" and not held:
@@ -73,7 +77,7 @@ def nothing_left_unless_measured(
     summary, no request line), leave no folder behind and put back what `aside` holds.
 
     Only a folder the block created is removed, and only when it holds nothing but the
-    `unmeasured` files (side files such as the server's /metrics readings).
+    `unmeasured` files (side files such as the server's /metrics readings) and empty ones.
     """
     created = not folder.exists()
     try:
@@ -90,5 +94,8 @@ def nothing_left_unless_measured(
 def _remove(folder: Path, unmeasured: tuple[str, ...]) -> None:
     for name in unmeasured:
         (folder / name).unlink(missing_ok=True)
+    for path in folder.iterdir() if folder.is_dir() else ():
+        if path.is_file() and path.stat().st_size == 0:  # opened, nothing written
+            path.unlink()
     with contextlib.suppress(OSError):  # anything else in it: kept, and the folder with it
         folder.rmdir()

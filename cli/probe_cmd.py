@@ -14,13 +14,14 @@ from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
 from agent.loadgen.probe import probe_request_count, resumable, run_probe
 from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
-from cli.outdir import nothing_left_unless_measured, prepare_out
+from cli.outdir import nothing_left_unless_measured
 from cli.parser import out_mode
 from cli.standalone import (
     UserError,
     console,
     default_out,
     one_line,
+    open_out,
     previous_summary,
     progress_bar,
     request_settings,
@@ -61,18 +62,7 @@ async def run_probe_command(args: argparse.Namespace) -> int:
         transport=args.transport,
         max_connections=settings.at_once,
     ) as client:
-        info = await client.server_info()  # unreachable: one line, and no folder left behind
-        if previous is not None and (previous.base_url, previous.model) != (
-            client.base_url,
-            info.model,
-        ):
-            raise UserError(
-                f"--resume: {out} probed {previous.model} at {previous.base_url}, "
-                f"not {info.model} at {client.base_url}"
-            )
-        aside = prepare_out(out, mode)
-        if aside:
-            screen.print(f"earlier results moved to {aside}")
+        aside = await open_out(client, out, mode, previous, screen)
         with nothing_left_unless_measured(
             out, aside, say=screen.print, unmeasured=(SERVER_METRICS_FILE,)
         ):

@@ -16,6 +16,9 @@ from contract.errors import BenchError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from agent.loadgen.client import OpenAIClient
+    from cli.outdir import OutMode
+    from contract.results import ProbeSummary, SweepSummary
     from contract.standalone import StandaloneKind
     from contract.suite import RequestSettings
 
@@ -24,6 +27,7 @@ __all__ = [
     "console",
     "default_out",
     "one_line",
+    "open_out",
     "previous_summary",
     "progress_bar",
     "request_settings",
@@ -71,9 +75,14 @@ def console(stderr: bool = False) -> Console:
 
 def previous_summary(out: Path, kind: type[_S]) -> _S:
     """The summary an earlier run left in `out`, for --resume; one line if there is none."""
-    from contract.results import SUMMARY_FILE
+    from contract.results import REQUESTS_FILE, SUMMARY_FILE
 
     path = out / SUMMARY_FILE
+    if not path.exists() and (out / REQUESTS_FILE).exists():
+        raise UserError(
+            f"--resume: {out} holds requests but no summary (stopped before it wrote one); "
+            "use --overwrite to move it aside and start again"
+        )
     if not path.exists():
         raise UserError(f"--resume: {out} holds no results to resume")
     try:
@@ -120,3 +129,31 @@ def progress_bar(total: int | None, description: str):
             yield lambda n: progress.advance(task, n)
 
     return bar()
+
+
+async def open_out(
+    client: OpenAIClient,
+    out: Path,
+    mode: OutMode,
+    previous: ProbeSummary | SweepSummary | None,
+    screen: Console,
+) -> Path | None:
+    """Ask the server what it serves (unreachable: one line, and no folder made), check a
+    resumed run measured the same, then make `out` ready for `mode`; returns where an
+    overwritten folder went.
+    """
+    from cli.outdir import prepare_out
+
+    info = await client.server_info()
+    if previous is not None and (previous.base_url, previous.model) != (
+        client.base_url,
+        info.model,
+    ):
+        raise UserError(
+            f"--resume: {out} measured {previous.model} at {previous.base_url}, "
+            f"not {info.model} at {client.base_url}"
+        )
+    aside = prepare_out(out, mode)
+    if aside:
+        screen.print(f"earlier results moved to {aside}")
+    return aside

@@ -16,7 +16,7 @@ from agent.loadgen.client import OpenAIClient
 from agent.loadgen.sweep import count_requests, run_sweep
 from agent.loadgen.text_sources import TextSource, load_source
 from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
-from cli.outdir import nothing_left_unless_measured, prepare_out
+from cli.outdir import nothing_left_unless_measured
 from cli.parser import out_mode
 from cli.rate_table import rate_table
 from cli.standalone import (
@@ -24,6 +24,7 @@ from cli.standalone import (
     console,
     default_out,
     one_line,
+    open_out,
     previous_summary,
     progress_bar,
     request_settings,
@@ -77,6 +78,8 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
     if previous is not None and previous.settings != settings:
         raise UserError(f"--resume: {out} was swept with other settings; use --overwrite")
     screen = console()
+    if previous is not None and previous.finished_unix_s is not None:
+        return _show(screen, out, previous, " (already complete; nothing to resume)")
     async with OpenAIClient(
         args.url,
         model=args.model,
@@ -84,28 +87,22 @@ async def run_sweep_command(args: argparse.Namespace) -> int:
         transport=args.transport,
         max_connections=connections_for(settings),
     ) as client:
-        info = await client.server_info()  # unreachable: one line, and no folder left behind
-        if previous is not None and (previous.base_url, previous.model) != (
-            client.base_url,
-            info.model,
-        ):
-            raise UserError(
-                f"--resume: {out} measured {previous.model} at {previous.base_url}, "
-                f"not {info.model} at {client.base_url}"
-            )
-        aside = prepare_out(out, mode)
-        if aside:
-            screen.print(f"earlier results moved to {aside}")
+        aside = await open_out(client, out, mode, previous, screen)
         with nothing_left_unless_measured(
             out, aside, say=screen.print, unmeasured=(SERVER_METRICS_FILE,)
         ):
             summary = await _measure(client, settings, out, previous, source, screen)
     write_standalone(out, "sweep", summary.base_url, [summary.model], settings)
-    if settings.mode == "rate":
+    return _show(screen, out, summary)
+
+
+def _show(screen: Console, out: Path, summary: SweepSummary, note: str = "") -> int:
+    """Print the sweep's tables; exit status 1 when a cell failed or lost requests."""
+    if summary.settings.mode == "rate":
         screen.print(rate_table(summary))
     else:
         print_tables(screen, sweep_tables(report_of([out])))
-    screen.print(f"results: {out}")
+    screen.print(f"results: {out}{note}")
     lost = summary.counts["failed"] + summary.counts.get("partial", 0)
     return 0 if lost == 0 else 1
 

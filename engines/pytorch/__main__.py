@@ -68,15 +68,20 @@ def main() -> None:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from safetensors import SafetensorError
+
     try:
         check_config(config)
         from engines.pytorch.server import serve
 
         serve(config)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, SafetensorError) as exc:
         # Loading errors (a hub id that cannot be fetched, an unknown random: name, a
-        # checkpoint transformers cannot read) are inputs to fix, not engine faults.
-        sys.stderr.write(f"{_PROG}: {' '.join(str(exc).split())[:500]}\n")
+        # checkpoint transformers cannot read, a torn safetensors file) are inputs to fix,
+        # not engine faults.
+        torn = isinstance(exc, SafetensorError)
+        what = f"--model {config.model}: unreadable safetensors: " if torn else ""
+        sys.stderr.write(f"{_PROG}: {what}{' '.join(str(exc).split())[:500]}\n")
         raise SystemExit(2) from None
 
 

@@ -96,6 +96,15 @@ def test_a_rerun_skips_done_jobs_and_retries_failed_ones(
     second = _runner(tmp_path, "tiny", llama_server_build).run()
     assert {r.job_id for r in second.records} == {"pytorch-probe", "pytorch-sweep"}
     assert all(r.status == "ok" for r in second.records), [r.reason for r in second.records]
+    for job in ("pytorch-probe", "pytorch-sweep"):
+        # The failed attempt's files are kept apart, the retry's are its own.
+        folder = first.shard_dir / "jobs" / job
+        earlier = JobRecord.model_validate_json((folder / "earlier-1" / "job.json").read_text())
+        assert earlier.status == "failed"
+        assert JobRecord.model_validate_json((folder / "job.json").read_text()).status == "ok"
+        records = (folder / "requests.jsonl").read_text().splitlines()
+        ids = [json.loads(line)["request_id"] for line in records]
+        assert ids and len(ids) == len(set(ids))
     assert (first.shard_dir / "jobs" / "llama-sweep" / "done").stat().st_mtime_ns == done_before
 
 

@@ -103,6 +103,11 @@ def test_resume_finishes_an_interrupted_sweep_without_mixing(
     assert [i for i in ids if i.startswith("in64-out8/c1/")] == first_ids
     assert request_ids(out, "requests.interrupted.jsonl") == interrupted
 
+    finished = (out / "summary.json").read_bytes()
+    again = bench("sweep", server.url, *FLAGS, "--out", str(out), "--resume")
+    assert again.returncode == 0 and "already complete" in again.stdout
+    assert (out / "summary.json").read_bytes() == finished and request_ids(out) == ids
+
 
 RATE_FLAGS = ["--mode", "rate", "--rates", "8,16", "--window-s", "1.5", "--warmup-s", "0"]
 RATE_FLAGS += ["--shapes", "64/8", "--repeats", "2"]
@@ -197,6 +202,17 @@ def test_an_interrupted_probe_resumes_with_what_it_had_finished(tmp_path: Path):
 def test_resume_needs_results(server: ReferenceServer, tmp_path: Path):
     result = bench("sweep", server.url, *FLAGS, "--out", str(tmp_path / "none"), "--resume")
     assert result.returncode == 2 and "holds no results" in result.stderr
+
+
+def test_resume_of_a_run_stopped_before_its_summary_says_so(
+    server: ReferenceServer, tmp_path: Path
+):
+    out = tmp_path / "p"
+    out.mkdir()
+    (out / "requests.jsonl").write_text("{}\n")
+    result = bench("probe", server.url, "--out", str(out), "--resume")
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0
+    assert "holds requests but no summary" in result.stderr and "--overwrite" in result.stderr
 
 
 @pytest.mark.parametrize("shapes", ["64/0", "", "abc"])

@@ -109,6 +109,39 @@ def test_bench_eval_bad_input_is_one_line(tmp_path: Path):
     assert line.startswith("bench eval: GSM8K data") and "does not exist" in line
 
 
+def test_bench_eval_against_an_unreachable_server_is_one_line_and_leaves_no_folder(
+    tmp_path: Path,
+):
+    out = tmp_path / "never"
+    done = bench("eval", "bfcl", f"http://127.0.0.1:{free_port()}", "--out", str(out))
+    assert done.returncode == 2, done.stderr[-2000:]
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("bench eval: cannot reach http://127.0.0.1:")
+    assert not out.exists()
+
+
+def test_bench_eval_refuses_a_used_out_and_overwrite_moves_it_aside(tmp_path: Path):
+    out = tmp_path / "bfcl"
+    with scripted_server(lambda body: chat_response("no call")) as server:
+        args = ["eval", "bfcl", server.url, "--limit", "2", "--out", str(out)]
+        assert bench(*args).returncode == 0
+        before = (out / ANSWERS_FILE).read_bytes()
+        again = bench(*args)
+        assert again.returncode == 2
+        (line,) = again.stderr.strip().splitlines()
+        assert "already holds results" in line and "--overwrite" in line
+        assert "--resume" not in line
+        assert (out / ANSWERS_FILE).read_bytes() == before, "the earlier answers are untouched"
+        nope = bench(*args, "--model", "nope", "--overwrite")
+        assert nope.returncode == 2 and "'nope' is not served" in nope.stderr
+        assert (out / ANSWERS_FILE).read_bytes() == before
+        overwritten = bench(*args, "--overwrite")
+    assert overwritten.returncode == 0, overwritten.stderr
+    (aside,) = tmp_path.glob("bfcl.replaced-*")
+    assert (aside / ANSWERS_FILE).read_bytes() == before
+    assert read(out)[0].answered == 2
+
+
 @pytest.mark.slow
 def test_gsm8k_against_llamacpp_end_to_end(llama_server_url: str, tmp_path: Path):
     out = tmp_path / "llama"

@@ -105,6 +105,20 @@ def test_every_injected_fault_is_a_failed_record_and_no_lossy_cell_is_ok(
     assert "partial, " in shown and " partial / " in shown
 
 
+def test_a_rate_sweep_that_lost_requests_shows_the_loss_in_its_table(
+    server: ReferenceServer, tmp_path: Path
+):
+    out = tmp_path / "rate"
+    rate = ["--mode", "rate", "--rates", "20", "--window-s", "1", "--warmup-s", "0"]
+    with fault_proxy(server.port, mode="http500", every=3) as proxy:
+        result = bench("sweep", proxy.url, *rate, "--shapes", "64/8", "--out", str(out))
+    assert result.returncode == 1, result.stderr[-2000:]
+    (cell,) = summary(out).cells
+    lost = sum(w.requests_failed for w in cell.repeats)
+    assert cell.status == "partial" and lost > 0
+    assert f"partial, {lost} failed: " in " ".join(result.stdout.split())
+
+
 def test_a_dropped_tokenize_connection_is_retried_and_the_sweep_is_whole(
     server: ReferenceServer, tmp_path: Path
 ):

@@ -29,6 +29,18 @@ def gguf_folder(tmp_path: Path) -> str:
     return str(tmp_path)
 
 
+def torn_folder(tmp_path: Path) -> str:
+    """A model folder whose weights file was cut short (an interrupted copy)."""
+    from engines.pytorch.model import load_model
+
+    loaded = load_model("random:tiny", device="cpu")
+    loaded.model.save_pretrained(tmp_path / "m")
+    loaded.tokenizer.save_pretrained(tmp_path / "m")
+    weights = tmp_path / "m" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:4])
+    return str(tmp_path / "m")
+
+
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
@@ -36,6 +48,7 @@ def gguf_folder(tmp_path: Path) -> str:
         (["--dtype", "bogus"], "--dtype: unknown dtype 'bogus'"),
         (["--model", "/no/such/model"], "--model /no/such/model: no such file or folder"),
         (["--model", "GGUF_DIR"], "holds GGUF; this engine loads Hugging Face folders"),
+        (["--model", "TORN_DIR"], "/m: unreadable safetensors: "),
         (["--model", "org/not-in-the-cache"], "python -m engines.pytorch: "),
         pytest.param(
             ["--device", "cuda"],
@@ -45,7 +58,8 @@ def gguf_folder(tmp_path: Path) -> str:
     ],
 )
 def test_bad_inputs_are_one_line(tmp_path: Path, args: list[str], expected: str):
-    args = [gguf_folder(tmp_path) if a == "GGUF_DIR" else a for a in args]
+    folders = {"GGUF_DIR": gguf_folder, "TORN_DIR": torn_folder}
+    args = [folders[a](tmp_path) if a in folders else a for a in args]
     result = engine(*args)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
