@@ -2,15 +2,21 @@
 
 moto (server mode, 127.0.0.1) holds the synthesized BenchStack; the agent asset, zipped from
 the folder CDK staged, is put where the rendered user data fetches it. `bench launch` starts a
-two-shard campaign of llama.cpp on a tiny generated model. For each instance the user data's
-own commands, taken from the launch template moto holds, fetch the asset (the system Python's
-boto3, as on the AMI), unzip it and run `agent/install.sh` into a fresh virtual environment;
-the agent starts with the unit's ExecStart arguments and the environment file's lines, its
-identity and tags served by a fake IMDSv2 with the instance's id. One shard gets a spot
-notice during its engine's start-up and publishes `interrupted`; `bench cleanup` leaves its
-relaunched instance alone while the new agent boots; the relaunch resumes and both shards
-end `done`; `bench fetch` verifies the tarballs, which carry the logs; `bench report`
-renders the campaign; `bench cleanup` leaves nothing running.
+two-shard campaign: s0 runs llama.cpp on a tiny generated model and our PyTorch engine on
+`random:tiny-gemma4`, s1 runs llama.cpp; every arm gets the probe, a one-cell sweep and two
+BFCL questions (bfcl-eval, installed `--no-deps` by `agent/install.sh`, checks the answers).
+For each instance the user data's own commands, taken from the launch template moto holds,
+fetch the asset (the system Python's boto3, as on the AMI), unzip it and run
+`agent/install.sh` into a fresh virtual environment; the agent starts with the unit's
+ExecStart arguments and the environment file's lines, its identity and tags served by a fake
+IMDSv2 with the instance's id. The PyTorch engine's environment is created by its recipe from
+nothing, under the rehearsal's own cache root. One shard gets a spot notice during its
+engine's start-up and publishes `interrupted`; `bench cleanup` leaves its relaunched instance
+alone while the new agent boots; the relaunch resumes and both shards end `done`; `bench
+fetch` verifies the tarballs, which carry the logs (agent, each engine's install log,
+llama.cpp's build log); `bench report` renders the campaign; `bench cleanup` leaves nothing
+running and deletes the status parameters, after which `bench status` still shows both shards
+done (from the manifests in S3).
 
 What the user data does that cannot run here, and how it is checked instead:
 - CDK publishing the asset at deploy: the staged folder is zipped and put at the asset URI
@@ -18,21 +24,31 @@ What the user data does that cannot run here, and how it is checked instead:
 - cloud-init, systemd and the unit file: the unit's ExecStart and the environment file are
   parsed out of the rendered user data and used as they stand; tests/infra/test_user_data.py
   shellchecks the script and verifies the units with systemd-analyze where present.
-- apt-get (python3-venv, boto3, cmake), rustup, the max-lifetime shutdown: not run;
-  shellcheck and the tests of the rendered text cover them.
+- apt-get (python3-venv, boto3, cmake, cuRAND's dev package), rustup, the max-lifetime
+  shutdown: not run; shellcheck and the tests of the rendered text cover them, and
+  tests/infra/test_user_data.py runs `ensure_curand_dev` against toolkit trees with a
+  recording apt-get.
 - The AMI's python3: this machine's python3 builds the agent's environment; the fetch runs
   with an interpreter that has boto3, as the DLAMI's system Python does.
 - The llama.cpp CUDA build: the recipe's cached CPU build is reused (LLAMA_SERVER_BIN),
-  which is what its build cache would give a second instance.
+  which is what its build cache would give a second instance; its build log is the one
+  beside that binary (tests/engines/builds/test_llamacpp.py copies a failed build's log).
+- The pip cache on the instance store (`PIP_CACHE_DIR` under the cache root, filled by the
+  first pip engine and reused by the next arm): here pip's cache of this machine, so the torch
+  CPU wheel is fetched once per machine, not once per run; the environment itself is built
+  from nothing every run.
+- A hub model download: the campaign's models are generated or built in code (no hub here);
+  tests/agent/aws/test_agent_process.py downloads through huggingface_hub from a fake hub and
+  stops it with a spot notice.
 - Power-off: BENCH_POWEROFF_FILE records it; terminating the instance is done in moto.
-- Engines bind the recipe's fixed port, so the two agents run one after the other here.
+- The two agents run one after the other here (one shared 2-core host).
 - moto's CloudFormation does not keep the HF-token secret it answers for: the test makes it
   and points the agents at it.
-Missing from this rehearsal (tracked in issue 21): a BFCL job, our PyTorch engine, and
-`bench status` after the final cleanup (status parameters are deleted with the campaign).
 
-CI time: building the agent's environment from the asset (pip, from its cache: about 3 min
-on a loaded 2-core host) plus about a minute for the rest; llama.cpp is not rebuilt.
+Time, on the shared 2-core host with other builds running: 389 s in all, of which the agent's
+environment from the asset about 1.5 min and the PyTorch engine's environment 204 s (torch
+from pip's cache; the longest part); every job of both shards about a minute; llama.cpp is
+not rebuilt.
 """
 
 from __future__ import annotations
@@ -58,8 +74,9 @@ from control.stack import StackOutputs
 from tests.control.conftest import live_instances, moto_template, run_bench, stack, tags_of
 from tests.fixtures.fake_imds import fake_imds
 from tests.fixtures.moto_server import MotoServer
+from tests.fixtures.processes import ended_at_exit
 
-__all__ = ["moto_template", "stack"]  # fixtures used here
+__all__ = ["ended_at_exit", "moto_template", "stack"]  # fixtures used here
 
 pytestmark = pytest.mark.slow
 
@@ -70,17 +87,19 @@ end_action = "terminate"
 max_runtime_h = 2
 [model]
 name = "tiny"
-sources = {{ llamacpp = "generated:tiny-llama" }}
+sources = {{ llamacpp = "generated:tiny-llama", pytorch = "random:tiny-gemma4" }}
 [[shards]]
 name = "s0"
 instance_type = "g6.xlarge"
-arms = ["llama"]
+arms = ["llama", "pytorch"]
 [[shards]]
 name = "s1"
 instance_type = "g6.xlarge"
 arms = ["llama"]
 [arms.llama]
 settings = {{ n_gpu_layers = "0", flash_attn = "off", parallel = 2, ctx_size = 4096 }}
+[arms.pytorch]
+settings = {{ max_running = 4 }}
 [suite.probe]
 output_tokens = 8
 repeats = 1
@@ -89,6 +108,9 @@ at_once = 2
 shapes = ["32/8"]
 levels = [1]
 repeats = 1
+[suite.bfcl]
+limit = 2
+max_tokens = 16
 """
 
 
@@ -118,7 +140,12 @@ def _wait(predicate: Any, timeout_s: float, what: str) -> None:
 
 
 def test_rehearsal(
-    aws: MotoServer, stack: StackOutputs, synth_with: Any, llama_server_build: Any, tmp_path: Path
+    aws: MotoServer,
+    stack: StackOutputs,
+    synth_with: Any,
+    llama_server_build: Any,
+    tmp_path: Path,
+    ended_at_exit: Any,
 ) -> None:
     ec2, s3 = boto3.client("ec2"), boto3.client("s3")
     template = ec2.describe_launch_template_versions(
@@ -166,6 +193,10 @@ def test_rehearsal(
     assert boot.returncode == 0, boot.stderr[-3000:]
     exec_start = _section(user_data, r"^ExecStart=\$\{VENV_DIR\}/bin/python3 (-m agent [^\n]*)$")
     agent_args = exec_start.replace("${CACHE_ROOT}", str(tmp_path / "cache")).split()
+    # The unit's working directory is its state directory, not the work dir: an agent
+    # started inside the work dir would find its `engines/` install folders as a namespace
+    # package ahead of the project's own (`python -m engines.pytorch` fails there).
+    assert _section(user_data, r"^WorkingDirectory=(\S+)$") == "/var/lib/bench"
     env_file = _section(user_data, r"cat >\"\$\{ENV_FILE\}\" <<'EOF'\n(.*?)\nEOF")
     unit_env = dict(line.split("=", 1) for line in env_file.splitlines() if line)
 
@@ -198,6 +229,8 @@ def test_rehearsal(
         )
         server = imds.__enter__()
         work.mkdir(parents=True)
+        state_dir = work.with_name(f"{work.name}-var-lib-bench")  # StateDirectory=bench
+        state_dir.mkdir()
         args = [a.replace(str(tmp_path / "cache") + "/work", str(work)) for a in agent_args]
         process = subprocess.Popen(
             [str(home / "venv" / "bin" / "python3"), *args],
@@ -211,12 +244,12 @@ def test_rehearsal(
                 "LLAMA_SERVER_BIN": str(llama_server_build.binary),
                 "BENCH_SPOT_POLL_S": "0.2",
             },
-            cwd=work,
+            cwd=state_dir,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
-        return process, (imds, server)
+        return ended_at_exit(process), (imds, server)
 
     first = instances()
     assert set(first) == {"s0", "s1"}
@@ -264,9 +297,28 @@ def test_rehearsal(
         for tarball in tarballs:
             with tarfile.open(tarball) as opened:
                 names |= set(opened.getnames())
-        assert any(n.endswith("logs/agent.log") for n in names), sorted(names)[:40]
+        logs = {n.rsplit("/logs/", 1)[-1] for n in names if "/logs/" in f"/{n}"}
+        assert {"agent.log", "llamacpp-install.log", "llamacpp-build.log"} <= logs, names
+        if shard == "s0":
+            assert "pytorch-install.log" in logs, sorted(logs)
+    # Every job of both shards ran: BFCL answered and scored, our engine served.
+    for shard, arms in (("s0", ("llama", "pytorch")), ("s1", ("llama",))):
+        for arm in arms:
+            for item in ("probe", "sweep", "bfcl"):
+                record = json.loads(
+                    next(out.rglob(f"{shard}/jobs/{arm}-{item}/job.json")).read_text()
+                )
+                assert record["status"] == "ok", (shard, arm, item, record.get("reason"))
+        answers = next(out.rglob(f"{shard}/jobs/llama-bfcl/answers.jsonl")).read_text()
+        assert len(answers.splitlines()) == 2
     reported = run_bench("report", str(out), "--out", str(tmp_path / "report"))
     assert reported.returncode == 0, reported.stderr
     ended = run_bench("cleanup", "--yes")
     assert ended.returncode == 0, ended.stderr
     assert live_instances(CAMPAIGN) == []
+    # The status parameters went with the instances; the uploaded manifests still tell.
+    after = run_bench("status", CAMPAIGN)
+    assert after.returncode == 0, after.stderr
+    for shard in ("s0", "s1"):
+        row = next(line for line in after.stdout.splitlines() if f" {shard} " in f" {line} ")
+        assert "done" in row, after.stdout

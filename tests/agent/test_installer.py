@@ -12,29 +12,17 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from agent.installer import EngineInstallError, install_engine
 from engines.recipes.llamacpp import RECIPE as LLAMACPP
 from engines.recipes.schema import EngineRecipe, InstallStep
+from tests.fixtures.processes import gone
 
 
 def _recipe(script: str) -> EngineRecipe:
     step = InstallStep(name="shell step", kind="cmake", argv=("bash", "-c", script), why="test")
     return LLAMACPP.model_copy(update={"install": (step,), "variants": {}})
-
-
-def _gone(pid: int, within_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def _pid_from(path: Path, within_s: float = 30.0) -> int:
@@ -52,7 +40,7 @@ def test_a_finished_step_leaves_nothing_running(tmp_path: Path) -> None:
     recipe = _recipe(f"sleep 300 & echo $! > {pid_file}; exit 0")
     installed = install_engine(recipe, "cpu", tmp_path / "work")
     assert installed.steps_run == 1
-    assert _gone(_pid_from(pid_file))
+    assert gone(_pid_from(pid_file))
 
 
 def test_a_failed_step_leaves_nothing_running(tmp_path: Path) -> None:
@@ -60,7 +48,7 @@ def test_a_failed_step_leaves_nothing_running(tmp_path: Path) -> None:
     recipe = _recipe(f"sleep 300 & echo $! > {pid_file}; exit 3")
     with pytest.raises(EngineInstallError, match="exit code 3"):
         install_engine(recipe, "cpu", tmp_path / "work")
-    assert _gone(_pid_from(pid_file))
+    assert gone(_pid_from(pid_file))
 
 
 def test_a_stopped_step_ends_its_whole_group(tmp_path: Path) -> None:
@@ -68,7 +56,7 @@ def test_a_stopped_step_ends_its_whole_group(tmp_path: Path) -> None:
     recipe = _recipe(f"sleep 300 & echo $! > {pid_file}; wait")
     with pytest.raises(EngineInstallError, match="interrupted"):
         install_engine(recipe, "cpu", tmp_path / "work", should_stop=pid_file.exists)
-    assert _gone(_pid_from(pid_file))
+    assert gone(_pid_from(pid_file))
     assert not list((tmp_path / "work" / "engines" / "llamacpp").glob(".step-*.done"))
 
 
@@ -91,6 +79,6 @@ def test_a_step_abandoned_by_an_exception_in_the_installer_ends_its_group(
     with pytest.raises(_Abandoned):
         install_engine(recipe, "cpu", tmp_path / "work", should_stop=interrupted)
     child = _pid_from(pid_file)
-    assert _gone(child)
+    assert gone(child)
     # The leader ignored SIGTERM: it was killed after the grace, not waited for forever.
     assert time.monotonic() - started < 60

@@ -25,7 +25,10 @@ from contract.layout import AGENT_ENV_BUCKET, AGENT_ENV_HF_SECRET_ID, status_par
 from tests.agent.aws.conftest import BUCKET, CAMPAIGN, SHARD
 from tests.fixtures.fake_imds import FakeImds
 from tests.fixtures.moto_server import MotoServer
+from tests.fixtures.processes import ended_at_exit
 from tests.fixtures.slow_hub import slow_hub
+
+__all__ = ["ended_at_exit"]  # a fixture used here
 
 pytestmark = pytest.mark.slow
 
@@ -116,10 +119,11 @@ def test_agent_runs_a_shard_uploads_every_job_and_keeps_the_token_secret(
     hf_secret: str,
     token_marker: str,
     llama_server_build,
+    ended_at_exit,
 ):
     _setup(bucket)
     work = tmp_path / "work"
-    proc = _agent(tmp_path, aws, imds, llama_server_build.binary, hf_secret, work)
+    proc = ended_at_exit(_agent(tmp_path, aws, imds, llama_server_build.binary, hf_secret, work))
     argvs: list[str] = []
     deadline = time.monotonic() + 300
     while proc.poll() is None and time.monotonic() < deadline:
@@ -150,6 +154,7 @@ def test_agent_runs_a_shard_uploads_every_job_and_keeps_the_token_secret(
         assert token_marker.encode() not in s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
     # A relaunched shard finds everything done in S3 and runs nothing again.
     rerun = _agent(tmp_path, aws, imds, llama_server_build.binary, hf_secret, tmp_path / "w2")
+    ended_at_exit(rerun)
     rerun_output = rerun.communicate(timeout=300)[0]
     assert rerun.returncode == 0, rerun_output[-3000:]
     assert "every job done already" in rerun_output
@@ -162,9 +167,11 @@ def test_a_spot_notice_uploads_what_is_done_and_stops(
     imds: FakeImds,
     hf_secret: str,
     llama_server_build,
+    ended_at_exit,
 ):
     _setup(bucket, LONG_SWEEP)
     proc = _agent(tmp_path, aws, imds, llama_server_build.binary, hf_secret, tmp_path / "w")
+    ended_at_exit(proc)
     deadline = time.monotonic() + 240
     prefix = f"results/{CAMPAIGN}/{SHARD}/jobs/llama-probe/done"
     sweep_dir = tmp_path / "w" / "results" / CAMPAIGN / SHARD / "jobs" / "llama-sweep"
@@ -189,6 +196,7 @@ def test_a_spot_notice_during_the_model_download_stops_it_and_publishes_interrup
     imds: FakeImds,
     hf_secret: str,
     llama_server_build,
+    ended_at_exit,
 ):
     repo = f"org/slow-{uuid.uuid4().hex[:8]}"
     _setup(bucket, SPEC.replace("generated:tiny-llama", f"{repo}:tiny.gguf"))
@@ -198,6 +206,7 @@ def test_a_spot_notice_during_the_model_download_stops_it_and_publishes_interrup
             tmp_path, aws, imds, llama_server_build.binary, hf_secret, tmp_path / "w",
             HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"),
         )  # fmt: skip
+        ended_at_exit(proc)
         assert hub.get_started.wait(240), proc.communicate(timeout=60)[0][-3000:]
         imds.issue_spot_notice()
         noticed = time.monotonic()

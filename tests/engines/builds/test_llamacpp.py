@@ -25,6 +25,7 @@ from engines.builds.llamacpp import (
 )
 from engines.builds.llamacpp_source import SOURCE_DIR_ENV
 from engines.builds.llamacpp_steps import StepLog, copy_log, file_lock
+from tests.fixtures.processes import gone
 
 
 @pytest.mark.slow
@@ -178,19 +179,6 @@ def test_lock_keeps_a_second_builder_waiting(tmp_path: Path) -> None:
         pass
 
 
-def _gone(pid: int, within_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[-1].startswith("Z"):
-            return True
-        time.sleep(0.1)
-    return False
-
-
 def test_a_step_that_times_out_ends_its_whole_process_group(tmp_path: Path) -> None:
     # cmake --build's compilers are its children: a timeout (or any exception in the
     # builder) must end them too, not only the command it started.
@@ -199,7 +187,7 @@ def test_a_step_that_times_out_ends_its_whole_process_group(tmp_path: Path) -> N
     script = f"sleep 300 & echo $! > {pid_file}; wait"
     with pytest.raises(LlamaCppBuildError, match="timed out"):
         steps.run("build", ["bash", "-c", script], timeout_s=2)
-    assert _gone(int(pid_file.read_text()))
+    assert gone(int(pid_file.read_text()))
 
 
 def test_the_build_log_is_copied_to_the_install_folder_even_when_the_build_fails(
