@@ -2,12 +2,10 @@
 
 The same contract as the PyTorch engine's scheduler (`engines.serving.server.BatchScheduler`):
 `submit`/`abort` from the HTTP layer, one `StepOutput` per generated token through
-`deliver`; the thread, inbox, outbox and how a request ends are the shared
-`engines.serving.batching.BatchLoop`. One iteration: take new requests and aborts; prefill
-waiting prompts into free slots, chunk by chunk, at most `prefill_budget` prompt tokens
-per iteration (a prompt's chunks depend only on the prompt, so its numbers never depend on
-the load); then one decode step over every slot, which running requests join and leave
-between steps.
+`deliver`. One iteration: take new requests and aborts; prefill waiting prompts into free
+slots, chunk by chunk, at most `prefill_budget` prompt tokens per iteration (a prompt's
+chunks depend only on the prompt, so its numbers never depend on the load); then one
+decode step over every slot, which running requests join and leave between steps.
 """
 
 from __future__ import annotations
@@ -46,7 +44,8 @@ class _Sequence:
 
 
 class JaxScheduler(BatchLoop[_Sequence]):
-    """The batching loop and the state of every request in it."""
+    """The batching loop and the state of every request in it (the thread, inbox, outbox
+    and how a request ends: the shared `engines.serving.batching.BatchLoop`)."""
 
     def __init__(
         self,
