@@ -2,7 +2,8 @@
 
 For each arm of the shard: install its engine (once, from its recipe), resolve its model,
 start its server, wait until it is really ready, then run its jobs (the suite items:
-probe, sweep, gsm8k, bfcl), each writing `jobs/<arm>-<item>/` and `done` when it ends well.
+probe, sweep, gsm8k, bfcl; `agent.items`), each into its `jobs/<arm>-<item>/` folder
+(`agent.jobfolder`), with `done` when it ends well.
 A job that fails (install, start-up, crash mid-sweep) is recorded with its reason and the
 server log's tail, and the campaign goes on; a rerun skips jobs that are `done` and merges
 its manifest with the earlier one (first start, last end, every engine build, each run).
@@ -21,20 +22,15 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from agent.evals.runner import load_task, run_eval
 from agent.gpu import GpuHost, gpu_memory_used_mib
 from agent.installer import EngineInstallError, InstalledEngine, install_engine
+from agent.items import IncompleteJob, SuiteItems
 from agent.jobfolder import JobFolder
-from agent.loadgen.arrivals import connections_for
-from agent.loadgen.client import OpenAIClient
-from agent.loadgen.probe import run_probe
-from agent.loadgen.sweep import run_sweep
-from agent.loadgen.text_sources import load_source
 from agent.models import ModelResolveError, resolve_model
 from agent.provenance import (
     AGENT_VERSION,
@@ -47,7 +43,6 @@ from agent.provenance import (
 from agent.readiness import NotReadyError, ReadyResult, wait_ready_sync
 from agent.supervisor import EngineError, EngineServer, choose_port, free_port, port_in_use
 from agent.telemetry import TelemetrySampler
-from agent.telemetry.server_metrics import SERVER_METRICS_FILE, ServerMetricsPoller, polling
 from contract.files import tail, write_atomic
 from contract.jobs import MANIFEST_FILE, EngineServed, JobRecord, Manifest, RunSpan
 from contract.layout import JOBS_DIR
@@ -75,10 +70,6 @@ _PHASE_OF_ITEM: Mapping[SuiteItem, Phase] = {
 }
 
 
-class _Incomplete(Exception):
-    """The job ran to its end but lost requests or cells: results kept, the job not done."""
-
-
 class StatusSink(Protocol):
     def set_phase(self, phase: Phase, *, error: str | None = None) -> None: ...
 
@@ -95,11 +86,6 @@ class _NoStatus:
 
     def set_job(self, index: int, total: int, job: str) -> None:
         log.info("job %d/%d: %s", index, total, job)
-
-
-_ItemHandler = Callable[
-    ["Job", RenderedServe, JobFolder, ServerMetricsPoller], Awaitable[int | None]
-]
 
 
 @dataclass(frozen=True)
@@ -153,7 +139,7 @@ class CampaignRunner:
         self.results = results
         self.instance = instance
         self.should_stop = should_stop
-        self.gsm8k_data = gsm8k_data
+        self.items = SuiteItems(spec, shard_dir, work_dir, gsm8k_data)
         self.jobs = [Job(arm, item) for arm in shard.arms for item in spec.suite.items()]
         self._server: EngineServer | None = None
         self._server_lock = threading.Lock()
@@ -523,8 +509,8 @@ class CampaignRunner:
         reason: str | None = None
         output_tokens: int | None = None
         try:
-            output_tokens = asyncio.run(self._item(job, served, folder))
-        except _Incomplete as exc:
+            output_tokens = asyncio.run(self.items.run(job.job_id, job.item, served, folder))
+        except IncompleteJob as exc:
             reason = str(exc)
         except Exception as exc:  # a job's failure is data; the campaign goes on
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -557,90 +543,3 @@ class CampaignRunner:
         self._write_record(job, record)
         log.info("END job %s: %s%s", job.job_id, record.status, f" ({reason})" if reason else "")
         return record
-
-    async def _item(self, job: Job, served: RenderedServe, folder: JobFolder) -> int | None:
-        """Runs one suite item; returns the output tokens it generated, where it counts them."""
-        handlers: Mapping[SuiteItem, _ItemHandler] = {
-            "probe": self._probe,
-            "sweep": self._sweep,
-            "gsm8k": self._eval,
-            "bfcl": self._eval,
-        }
-        # Every job, not only sweeps, leaves the server's own view in server_metrics.csv.
-        with polling(
-            served.base_url, self.shard_dir / SERVER_METRICS_FILE, job.job_id
-        ) as server_metrics:
-            return await handlers[job.item](job, served, folder, server_metrics)
-
-    async def _probe(
-        self, job: Job, served: RenderedServe, folder: JobFolder, _: ServerMetricsPoller
-    ) -> int | None:
-        if self.spec.suite.probe is None:
-            raise ValueError(f"suite item {job.item!r} is not configured")
-        request = served.request_settings(self.spec.suite.probe.request)
-        settings = self.spec.suite.probe.model_copy(update={"request": request})
-        async with OpenAIClient(
-            served.base_url, settings=request, max_connections=settings.at_once
-        ) as client:
-            probe = await run_probe(client, settings, folder)
-        if probe.e2e_tok_s is None:
-            raise RuntimeError(f"no probe request succeeded: {'; '.join(probe.errors)}")
-        if probe.requests_failed:
-            raise _Incomplete(
-                f"probe lost {probe.requests_failed} request(s): {'; '.join(probe.errors)}"
-            )
-        return None
-
-    async def _sweep(
-        self,
-        job: Job,
-        served: RenderedServe,
-        folder: JobFolder,
-        server_metrics: ServerMetricsPoller,
-    ) -> int | None:
-        if self.spec.suite.sweep is None:
-            raise ValueError(f"suite item {job.item!r} is not configured")
-        request = served.request_settings(self.spec.suite.sweep.request)
-        settings = self.spec.suite.sweep.model_copy(update={"request": request})
-        async with OpenAIClient(
-            served.base_url, settings=request, max_connections=connections_for(settings)
-        ) as client:
-            source = load_source(
-                settings.prompts, gsm8k_data=self.gsm8k_data, data_dir=self.work_dir / "data"
-            )
-            sweep = await run_sweep(
-                client,
-                settings,
-                folder,
-                source=source,
-                server_metrics=server_metrics,
-            )
-        if sweep.counts["measured"] == 0:
-            raise RuntimeError(f"no cell measured ({sweep.counts})")
-        lossy = [c for c in sweep.cells if c.status in ("partial", "failed")]
-        if lossy:
-            first = lossy[0]
-            raise _Incomplete(
-                f"{len(lossy)} cell(s) partial or failed, e.g. {first.shape} "
-                f"c={first.concurrency}: {first.status} ({first.reason}); results kept"
-            )
-        return sum(w.output_tokens for c in sweep.cells for w in c.repeats)
-
-    async def _eval(
-        self, job: Job, served: RenderedServe, folder: JobFolder, _: ServerMetricsPoller
-    ) -> int | None:
-        suite = self.spec.suite
-        eval_settings = suite.gsm8k if job.item == "gsm8k" else suite.bfcl
-        if eval_settings is None:
-            raise ValueError(f"suite item {job.item!r} is not configured")
-        extras = {**served.extra_body, **eval_settings.request.extra_body}
-        request = eval_settings.request.model_copy(update={"extra_body": extras})
-        eval_settings = eval_settings.model_copy(update={"request": request})
-        task = await asyncio.to_thread(
-            load_task,
-            eval_settings,
-            data_path=self.gsm8k_data if job.item == "gsm8k" else None,
-            cache_dir=self.work_dir / "data",
-        )
-        summary = await run_eval(task, served.base_url, folder.path, model=served.served_model)
-        return summary.completion_tokens

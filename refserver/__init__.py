@@ -34,9 +34,9 @@ Pace (CLI flags; per request, an optional body field ``"x_pace": {...}`` overrid
 - ``itl_ms = 0`` is flat out: after the first token everything is due at once and goes out
   ``flat_batch`` chunks per socket write (default 16; all of them stamped with that write's
   time), yielding to the other streams after each write. One write per chunk
-  (``flat_batch=1``) caps the server near 50-75k chunks/s at 64 streams on a busy 2-core
-  machine, because every loopback send() costs ~15 us there; batches of 8 measured
-  180-350k, 16 measured 270-580k (``python -m benchmarks.reference_server_rate``).
+  (``flat_batch=1``) caps the server's chunk rate at many streams on a small machine,
+  because every loopback send() has its cost; batches raise it several times
+  (``python -m benchmarks.reference_server_rate`` measures it).
 - ``tokens_per_chunk`` (speculative decoding look-alike), ``usage_mode``: ``separate`` (a
   ``choices: []`` chunk before ``[DONE]``, only when ``include_usage`` is asked, as vLLM),
   ``in_last_chunk`` (usage on the finish_reason chunk, always, as old llama.cpp), ``none``.

@@ -436,8 +436,8 @@ class _Conn(asyncio.Protocol):
                 self.j += 1
                 if flat:
                     # Everything left is due now. One write per chunk costs a loopback
-                    # send() each (~15 us at 64 sockets), so chunks go out flat_batch at a
-                    # time, all stamped with that write's time.
+                    # send() each, so chunks go out flat_batch at a time, all stamped with
+                    # that write's time.
                     end = min(n, i + comp.pace.flat_batch)
                     data = entry[0] if end == i + 1 else b"".join([e[0] for e in plan[i:end]])
                     t = perf()

@@ -167,8 +167,9 @@ GPU_READINGS: tuple[GpuReading, ...] = (
                (("nvmlDeviceGetMemoryInfo(v2)", _memory_v2),
                 ("nvmlDeviceGetMemoryInfo", _memory_v1))),
     GpuReading("power", ("power_w",), (("nvmlDeviceGetPowerUsage", _power),)),
-    # The energy counter took 3.1 ms a read on an H200 (9.4% of a core at 10 reads a second);
-    # a job's energy is its counter delta, so a read a second plus its boundaries suffices.
+    # The energy counter is the costly read (milliseconds on an H200:
+    # benchmarks/records/2026-11-29-h200-telemetry-check.txt); a job's energy is its
+    # counter delta, so a read a second plus its boundaries suffices.
     GpuReading("energy", ("energy_mj",),
                (("nvmlDeviceGetTotalEnergyConsumption", _energy),), per_second=True),
     GpuReading("temperature", ("temp_c",),

@@ -15,10 +15,7 @@ leave between calls, and stream in groups of up to that many tokens.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
-from collections import deque
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -26,13 +23,12 @@ import jax
 import numpy as np
 
 from engines.jax.runner import BANNED_PER_ROW, JaxRunner, sample_host
+from engines.serving.batching import BatchLoop
 from engines.serving.detokenizer import TextStream
 from engines.serving.metrics import EngineMetrics
-from engines.serving.requests import Deliver, GenerationRequest, StepOutput
+from engines.serving.requests import Deliver, GenerationRequest
 
 log = logging.getLogger(__name__)
-
-IDLE_POLL_S = 0.1
 
 
 @dataclass
@@ -52,8 +48,9 @@ class _Sequence:
         return len(self.request.prompt_ids)
 
 
-class JaxScheduler:
-    """The batching loop and the state of every request in it."""
+class JaxScheduler(BatchLoop[_Sequence]):
+    """The batching loop and the state of every request in it (the thread, inbox, outbox
+    and how a request ends: the shared `engines.serving.batching.BatchLoop`)."""
 
     def __init__(
         self,
@@ -63,39 +60,17 @@ class JaxScheduler:
         deliver: Deliver,
         prefill_budget: int = 2048,
     ) -> None:
+        super().__init__(
+            metrics=metrics,
+            deliver=deliver,
+            max_model_len=runner.max_len,
+            thread_name="jax-scheduler",
+        )
         self.runner = runner
         self.tokenizer = runner.loaded.tokenizer
         self.eos = tuple(runner.loaded.eos_token_ids)
-        self.max_model_len = runner.max_len
-        self.metrics = metrics
-        self.deliver = deliver
         self.prefill_budget = max(prefill_budget, runner.chunk)
-        self._inbox: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
-        self._waiting: deque[_Sequence] = deque()
-        self._running: list[_Sequence] = []
-        self._by_id: dict[str, _Sequence] = {}
         self._free = list(range(runner.num_slots))
-        self._outbox: list[tuple[object, StepOutput]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="jax-scheduler", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def shutdown(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def submit(self, request: GenerationRequest, handle: object) -> None:
-        self._inbox.put(("submit", (request, handle)))
-
-    def abort(self, request_id: str) -> None:
-        self._inbox.put(("abort", request_id))
 
     # -- the scheduler thread ---------------------------------------------------------
 
@@ -121,25 +96,6 @@ class JaxScheduler:
             self._decode_step()
         self.metrics.set_queues(len(self._running), len(self._waiting))
 
-    def _take_inbox(self, block: bool) -> None:
-        try:
-            kind, item = self._inbox.get(timeout=IDLE_POLL_S) if block else self._inbox.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            if kind == "submit":
-                request, handle = cast(tuple[GenerationRequest, object], item)
-                self._add(request, handle)
-            else:
-                seq = self._by_id.get(str(item))
-                if seq is not None and not seq.done:
-                    self._release(seq)
-                    self.metrics.request_finished("abort")
-            try:
-                kind, item = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-
     def _add(self, request: GenerationRequest, handle: object) -> None:
         params = request.params
         seed = params.seed
@@ -151,9 +107,7 @@ class JaxScheduler:
             include_stop=params.include_stop_str_in_output,
             skip_special_tokens=params.skip_special_tokens,
         )
-        seq = _Sequence(
-            request, handle, stream, rng, frozenset((*eos, *params.stop_token_ids))
-        )
+        seq = _Sequence(request, handle, stream, rng, frozenset((*eos, *params.stop_token_ids)))
         self._by_id[request.request_id] = seq
         self._waiting.append(seq)
 
@@ -277,54 +231,10 @@ class JaxScheduler:
             log.exception("detokenizing failed for %s", seq.request.request_id)
             self._finish_error(seq, f"detokenizing failed: {e}")
             return
-        finish: str | None = None
-        stop_reason: str | int | None = None
-        if token in seq.stop_ids and n >= params.min_tokens:
-            finish = "stop"
-            stop_reason = token if token in params.stop_token_ids else None
-        elif seq.stream.stopped_by is not None:
-            finish, stop_reason = "stop", seq.stream.stopped_by
-        elif n >= params.max_tokens or seq.prompt_len + n >= self.max_model_len:
-            finish = "length"
-        if finish is not None:
-            text += seq.stream.finish()
-            self._release(seq)
-            self.metrics.request_finished(finish)
-        self._emit(
-            seq.handle,
-            StepOutput(text, (token,), seq.prompt_len, n, finish, stop_reason),
-        )
+        self._hand_out(seq, token, text, seq.stop_ids)
 
-    def _finish_error(self, seq: _Sequence, message: str) -> None:
-        if seq.done:
-            return
-        self._release(seq)
-        self.metrics.request_finished("error")
-        self._emit(
-            seq.handle,
-            StepOutput("", (), seq.prompt_len, len(seq.output_ids), "error", error=message),
-        )
-
-    def _release(self, seq: _Sequence) -> None:
-        seq.done = True
-        self._by_id.pop(seq.request.request_id, None)
+    def _give_back_slot(self, seq: _Sequence) -> None:
         if seq.slot is not None:
             self._free.append(seq.slot)
             self._free.sort()
             seq.slot = None
-        if seq in self._waiting:
-            self._waiting.remove(seq)
-        if seq in self._running:
-            self._running.remove(seq)
-
-    def _emit(self, handle: object, output: StepOutput) -> None:
-        self._outbox.append((handle, output))
-
-    def _flush(self) -> None:
-        if not self._outbox:
-            return
-        batch, self._outbox = self._outbox, []
-        try:
-            self.deliver(batch)
-        except Exception:
-            log.exception("delivering %d outputs failed", len(batch))

@@ -2,8 +2,9 @@
 with the matrix-product form it replaces (which every other batch size and the CPU run).
 
 Why: at batch 1 the decode program's attention (`programs._attend`) is two cuBLAS batched
-products around a softmax, three launches per layer for a few hundred keys: about 6 us
-and two launch gaps a layer, 0.2 ms of a 2.4 ms Gemma 4 E2B step on an H200. Here the
+products around a softmax, three launches per layer for a few hundred keys: a few
+microseconds and two launch gaps a layer, a measurable share of the step
+(benchmarks/records/2026-11-29-h200-pytorch-epilogues.md). Here the
 keys are split into blocks of `BLOCK_L`; each program takes every query head of one KV
 head (grouped-query attention: the heads share the keys it loads) over one block and
 writes its unnormalised output, running maximum and sum; one small kernel combines the
@@ -12,8 +13,8 @@ blocks, with all their loads in flight at once for up to 64 blocks (32 where hea
 at batch 1), so no view of them is copied before the kernel. Keys the mask hides (past
 the row's length in its KV bucket, outside a sliding window) are never fetched, and a
 block with none visible writes no partial output: the kernel costs what the row reads,
-not what its bucket holds (on an H200, a step at 600 tokens of context in the 1,024
-bucket went from 2.46 to 2.06 ms with this and dependent launch together).
+not what its bucket holds (what that saved on an H200, with dependent launch:
+benchmarks/records/2026-11-30-h200-pytorch-dependent-launch.md).
 
 Numerics: scores are rounded to the activation dtype as the products' output is, and the
 probabilities are rounded before they weigh the values, as the products' form rounds

@@ -76,10 +76,10 @@ class EngineConfig:
 
     def compile_mode_for(self, device_type: str) -> str | None:
         """torch.compile mode of the decode step, or None. auto: "default" for a decode
-        program on CUDA, where each kind of layer compiles once (about 80 s at start on
-        an H200 with all graphs); off elsewhere, and for a model that turns out to have
-        no program (the server passes `compile_without_program=False`): the whole-model
-        compile takes a minute per shape."""
+        program on CUDA, where each kind of layer compiles once at start (its time is in
+        the server's ready time, benchmarks/records/); off elsewhere, and for a model that
+        turns out to have no program (the server passes `compile_without_program=False`):
+        the whole-model compile takes far longer, once per shape."""
         if self.compile_mode == "auto":
             on = device_type == "cuda" and self.decode_program_on(device_type)
             return "default" if on else None

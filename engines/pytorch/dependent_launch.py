@@ -2,13 +2,15 @@
 programmatic dependents of the kernel before them (PDL, CUDA compute capability 9.0 and
 later): one process-wide switch, set by the runner from the engine's configuration.
 
-Why: a Gemma 4 E2B decode step on an H200 is about 430 kernels of 1 to 12 us; each pays
-a launch and the first round trip to memory before its bytes stream, while the kernel
-before it drains. Launched as a dependent, a kernel's programs start while the previous
-kernel's last programs run; each waits (`griddepcontrol.wait`) before it reads or writes
-anything an earlier kernel touches, so only work that depends on no earlier kernel (a
-projection's first chunk of weights) moves ahead. A CUDA graph captures the dependency
-as a programmatic edge, so the replayed step overlaps the same way.
+Why: a batch-1 decode step is hundreds of kernels of a few microseconds each (the counts
+and times measured on an H200 are in
+benchmarks/records/2026-11-30-h200-pytorch-dependent-launch.md); each pays a launch and
+the first round trip to memory before its bytes stream, while the kernel before it drains.
+Launched as a dependent, a kernel's programs start while the previous kernel's last
+programs run; each waits (`griddepcontrol.wait`) before it reads or writes anything an
+earlier kernel touches, so only work that depends on no earlier kernel (a projection's
+first chunk of weights) moves ahead. A CUDA graph captures the dependency as a
+programmatic edge, so the replayed step overlaps the same way.
 """
 
 from __future__ import annotations

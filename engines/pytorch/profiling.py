@@ -2,9 +2,9 @@
 host ops of every thread and, on CUDA, kernels and copies, written as a Chrome trace and a
 table (`--profile-dir`, `--profile-decode-steps`).
 
-Why: the model step alone and the same step inside the server can differ (on an H200 a
-batch-1 step took 2.22 ms in `stepbench` and 2.76 ms a token through the server), and
-the `/metrics` device clock says only whether the device or the host set the pace.
+Why: the model step alone and the same step inside the server can differ (measured in
+benchmarks/records/2026-11-30-h200-pytorch-async-default.md), and the `/metrics` device
+clock says only whether the device or the host set the pace.
 A trace of real serving shows which host work or which kernels fill the difference.
 
 The window opens at the `skip`-th decode step (past warm-up and the first requests'

@@ -98,8 +98,8 @@ def _ban_index(
 def _minus_inf(device: str, dtype: torch.dtype) -> torch.Tensor:
     """-inf as a device scalar, kept. Written as a Python float, the value is a host
     tensor that index_put_ copies to the device with a synchronous copy, which waits for
-    everything queued: the whole of an asynchronous decode's next step (2 ms a token on
-    an H200, the host then idle and the device after it)."""
+    everything queued: the whole of an asynchronous decode's next step (the host then
+    idle, and the device after it)."""
     return torch.tensor(float("-inf"), dtype=dtype, device=device)
 
 

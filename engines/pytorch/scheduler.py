@@ -27,21 +27,21 @@ step instead of sitting between two (`_decode_step_async`).
 
 Every request gets exactly one `StepOutput` per generated token (the last one also
 carries the finish reason), so a client that counts chunks counts tokens.
+
+The thread, the inbox, the outbox and how a request ends are shared with the JAX engine
+(`engines.serving.batching.BatchLoop`); the device-side token readback and step timing are
+`engines.pytorch.device_steps`.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
-import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, cast
 
 import torch
 
+from engines.pytorch.device_steps import DeviceClock, InFlight, TokenReadback
 from engines.pytorch.profiling import DecodeProfiler
 from engines.pytorch.runner import ModelRunner
 from engines.pytorch.sampling import (
@@ -50,6 +50,7 @@ from engines.pytorch.sampling import (
     choose_tokens,
     greedy_token_tensor,
 )
+from engines.serving.batching import BatchLoop
 from engines.serving.detokenizer import TextStream
 from engines.serving.metrics import EngineMetrics
 from engines.serving.requests import Deliver as Deliver
@@ -57,8 +58,6 @@ from engines.serving.requests import GenerationRequest as GenerationRequest
 from engines.serving.requests import StepOutput as StepOutput
 
 log = logging.getLogger(__name__)
-
-IDLE_POLL_S = 0.1
 
 
 @dataclass
@@ -77,116 +76,7 @@ class _Sequence:
         return len(self.request.prompt_ids)
 
 
-@dataclass
-class _InFlight:
-    """A decode step queued on the device whose tokens the host has not read yet."""
-
-    rows: list[_Sequence]
-    tokens: torch.Tensor  # (rows,) on the device: fed to the next step as they are
-    host: torch.Tensor  # (rows,) their copy on the host (pinned on CUDA)
-    ready: torch.cuda.Event | None  # recorded after that copy; None: already there
-    row_of: dict[int, int] = field(default_factory=dict)  # id(seq) -> row
-    clock_turn: int | None = None  # its `_DeviceClock` events
-
-    def wait(self) -> list[int]:
-        if self.ready is not None:
-            self.ready.synchronize()  # releases the GIL while the device works
-        return self.host.tolist()
-
-
-class _TokenReadback:
-    """Two pinned host buffers and events for the chosen tokens of in-flight steps, used
-    in turn: step n + 1 copies into one while the host reads step n's from the other,
-    and a buffer is reused two steps later, after its tokens were read. Allocated
-    once, so a step makes no pinned allocation and creates no event."""
-
-    def __init__(self, max_rows: int, device: torch.device) -> None:
-        self.on_cuda = device.type == "cuda"
-        self.buffers = (
-            [torch.empty(max_rows, dtype=torch.long, pin_memory=True) for _ in range(2)]
-            if self.on_cuda
-            else []
-        )
-        self.events = [torch.cuda.Event() for _ in range(2)] if self.on_cuda else []
-        self.turn = 0
-
-    def queue(
-        self, rows: list[_Sequence], tokens: torch.Tensor, clock_turn: int | None
-    ) -> _InFlight:
-        row_of = {id(seq): i for i, seq in enumerate(rows)}
-        if not self.on_cuda:
-            return _InFlight(rows, tokens, tokens, None, row_of, clock_turn)
-        self.turn ^= 1
-        host = self.buffers[self.turn][: tokens.shape[0]]
-        host.copy_(tokens, non_blocking=True)
-        ready = self.events[self.turn]
-        ready.record()
-        return _InFlight(rows, tokens, host, ready, row_of, clock_turn)
-
-
-class _DeviceClock:
-    """Timing events around each decode step's device work (its inputs, the step, the
-    token choice), so the host can tell how long the device worked on a step and how
-    long it sat idle since the step before it: what separates a host-bound server from
-    a device-bound one (`/metrics`, `EngineMetrics.observe_device_step`).
-
-    Pairs of events are used in turn, `PAIRS` of them, so that a step's end event is
-    still unrecorded-over when the step after it is read (two steps run ahead at most).
-    An idle gap is counted only between two decode steps with nothing else queued
-    between them (`interrupt`: a prefill was). No events on CPU.
-    """
-
-    PAIRS = 4
-
-    def __init__(self, device: torch.device, make_event: Callable[[], Any] | None = None):
-        on = device.type == "cuda" or make_event is not None
-        make = make_event or (lambda: torch.cuda.Event(enable_timing=True))
-        self.pairs = [(make(), make()) for _ in range(self.PAIRS)] if on else []
-        self.turn = 0
-        self.follows = [False] * self.PAIRS  # the step came right after the one before
-        self.last_read: int | None = None
-        self._interrupted = True
-
-    def start(self) -> int | None:
-        if not self.pairs:
-            return None
-        self.turn = (self.turn + 1) % self.PAIRS
-        self.follows[self.turn] = not self._interrupted
-        self._interrupted = False
-        self.pairs[self.turn][0].record()
-        return self.turn
-
-    def stop(self, turn: int | None) -> None:
-        if turn is not None and self.pairs:
-            self.pairs[turn][1].record()
-
-    def interrupt(self) -> None:
-        """Other device work was queued: the next step's idle gap is not a decode gap."""
-        self._interrupted = True
-
-    def read(self, turn: int | None, metrics: EngineMetrics) -> None:
-        """Hand the step's times to `metrics` (waiting for its stop event, which the
-        token readback has normally waited for already)."""
-        if turn is None or not self.pairs:
-            return
-        start, stop = self.pairs[turn]
-        try:
-            stop.synchronize()
-            idle_s = None
-            previous = (turn - 1) % self.PAIRS
-            if self.follows[turn] and self.last_read == previous:
-                idle_s = self.pairs[previous][1].elapsed_time(start) / 1e3
-            busy_s = start.elapsed_time(stop) / 1e3
-        except RuntimeError:
-            # A measurement must never fail the requests it measures: stop measuring.
-            log.exception("device step timing failed; /metrics will not time decode steps")
-            self.pairs = []
-            return
-        metrics.observe_device_step(busy_s, idle_s)
-        self.last_read = turn
-
-
-class Scheduler:
+class Scheduler(BatchLoop[_Sequence]):
     """The batching loop and the state of every request in it."""
 
     def __init__(
@@ -201,53 +91,27 @@ class Scheduler:
         async_decode: bool = False,
         profiler: DecodeProfiler | None = None,
     ) -> None:
+        super().__init__(
+            metrics=metrics,
+            deliver=deliver,
+            max_model_len=runner.loaded.max_model_len,
+            thread_name="engine-scheduler",
+        )
         self.runner = runner
         self.tokenizer = runner.loaded.tokenizer
         self.eos_token_ids = runner.loaded.eos_token_ids
-        self.max_model_len = runner.loaded.max_model_len
         self.max_running = max_running
-        self.metrics = metrics
-        self.deliver = deliver
         self.prefill_chunk = prefill_chunk
         self.prefill_budget = max(prefill_budget, prefill_chunk)
-        self._inbox: queue.SimpleQueue[tuple[str, object]] = queue.SimpleQueue()
-        self._waiting: deque[_Sequence] = deque()
-        self._running: list[_Sequence] = []
-        self._by_id: dict[str, _Sequence] = {}
         self._free_slots = set(range(max_running))
         self._compact = bool(getattr(runner, "requires_compact_slots", False))
         self._packed = bool(getattr(runner, "packed_prefill", False))
-        self._outbox: list[tuple[object, StepOutput]] = []
         # Asynchronous decode needs the batched step (its tokens go straight back in).
         self._async = async_decode and self._compact
-        self._inflight: _InFlight | None = None
-        self._readback = _TokenReadback(max_running, runner.device) if self._async else None
-        self._clock = _DeviceClock(runner.device)
+        self._inflight: InFlight | None = None
+        self._readback = TokenReadback(max_running, runner.device) if self._async else None
+        self._clock = DeviceClock(runner.device)
         self._profiler = profiler
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="engine-scheduler", daemon=True)
-
-    # -- the HTTP side (any thread) -------------------------------------------------
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def shutdown(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        self._inbox.put(("wake", None))
-        self._thread.join(timeout)
-
-    @property
-    def alive(self) -> bool:
-        return self._thread.is_alive()
-
-    def submit(self, request: GenerationRequest, handle: object) -> None:
-        """Queue a request; its outputs are delivered with `handle`."""
-        self._inbox.put(("submit", (request, handle)))
-
-    def abort(self, request_id: str) -> None:
-        """Drop a request (its client went away); nothing more is delivered for it."""
-        self._inbox.put(("abort", request_id))
 
     # -- the scheduler thread ---------------------------------------------------------
 
@@ -281,28 +145,6 @@ class Scheduler:
             self._decode_step()
         self.metrics.set_queues(len(self._running), len(self._waiting))
         self.metrics.set_kv_cache_bytes(self.runner.cache.nbytes())
-
-    def _take_inbox(self, block: bool) -> None:
-        try:
-            kind, item = self._inbox.get(timeout=IDLE_POLL_S) if block else self._inbox.get_nowait()
-        except queue.Empty:
-            return
-        while True:
-            self._handle(kind, item)
-            try:
-                kind, item = self._inbox.get_nowait()
-            except queue.Empty:
-                return
-
-    def _handle(self, kind: str, item: object) -> None:
-        if kind == "submit":
-            request, handle = cast(tuple[GenerationRequest, object], item)
-            self._add(request, handle)
-        elif kind == "abort":
-            seq = self._by_id.get(str(item))
-            if seq is not None and not seq.done:
-                self._release(seq)
-                self.metrics.request_finished("abort")
 
     def _add(self, request: GenerationRequest, handle: object) -> None:
         params = request.params
@@ -571,7 +413,7 @@ class Scheduler:
         next_position = seq.prompt_len + len(seq.output_ids)  # of the in-flight token
         return seq.sampler.params.greedy and next_position < self.max_model_len - 1
 
-    def _take_tokens(self, step: _InFlight) -> None:
+    def _take_tokens(self, step: InFlight) -> None:
         """Read an in-flight step's tokens and hand them to their (still running) rows."""
         tokens = step.wait()
         self._clock.read(step.clock_turn, self.metrics)
@@ -602,63 +444,11 @@ class Scheduler:
             log.exception("sampling failed for %s", seq.request.request_id)
             self._finish_error(seq, f"sampling failed: {e}")
             return
-        finish: str | None = None
-        stop_reason: str | int | None = None
-        if token in seq.sampler.stop_ids and n >= params.min_tokens:
-            finish = "stop"
-            stop_reason = token if token in params.stop_token_ids else None
-        elif seq.stream.stopped_by is not None:
-            finish, stop_reason = "stop", seq.stream.stopped_by
-        elif n >= params.max_tokens or seq.prompt_len + n >= self.max_model_len:
-            finish = "length"
-        if finish is not None:
-            text += seq.stream.finish()
-            self._release(seq)
-            self.metrics.request_finished(finish)
-        self._emit(
-            seq.handle,
-            StepOutput(
-                text=text,
-                token_ids=(token,),
-                prompt_tokens=seq.prompt_len,
-                completion_tokens=n,
-                finish_reason=finish,
-                stop_reason=stop_reason,
-            ),
-        )
+        self._hand_out(seq, token, text, seq.sampler.stop_ids)
 
-    def _finish_error(self, seq: _Sequence, message: str) -> None:
-        if seq.done:
-            return
-        self._release(seq)
-        self.metrics.request_finished("error")
-        self._emit(
-            seq.handle,
-            StepOutput("", (), seq.prompt_len, len(seq.output_ids), "error", error=message),
-        )
-
-    def _release(self, seq: _Sequence) -> None:
-        """Take a sequence out of every queue and give its slot back."""
-        seq.done = True
-        self._by_id.pop(seq.request.request_id, None)
+    def _give_back_slot(self, seq: _Sequence) -> None:
         if seq.slot is not None:
             self._clock.interrupt()
             self.runner.clear_slot(seq.slot)
             self._free_slots.add(seq.slot)
             seq.slot = None
-        if seq in self._waiting:
-            self._waiting.remove(seq)
-        if seq in self._running:
-            self._running.remove(seq)
-
-    def _emit(self, handle: object, output: StepOutput) -> None:
-        self._outbox.append((handle, output))
-
-    def _flush(self) -> None:
-        if not self._outbox:
-            return
-        batch, self._outbox = self._outbox, []
-        try:
-            self.deliver(batch)
-        except Exception:
-            log.exception("delivering %d outputs failed", len(batch))

@@ -1,6 +1,7 @@
 """The project's own JAX engine (engines/jax): `python -m engines.jax`, Gemma 4 only.
 
-Installs JAX's CUDA wheels: `jax[cuda12]` brings jaxlib and the CUDA 12 plugin and PJRT
+Installs, into its own environment, the project (editable, its `jax` extra) and JAX's CUDA
+wheels: `jax[cuda12]` brings jaxlib and the CUDA 12 plugin and PJRT
 wheels with their own CUDA libraries from PyPI, which need only the NVIDIA driver (525 or
 newer) rather than a CUDA toolkit. The CUDA 12 build is the one that matches the drivers
 the instances come with (a `cuda13` build would need a 580 driver). On aarch64 (G5g:
@@ -19,12 +20,12 @@ dtype: bfloat16 on sm_80+, float16 on Turing (the T4G is sm_75), float32 on CPU.
 
 from __future__ import annotations
 
+from engines.recipes.project import own_engine_install
 from engines.recipes.schema import (
     DrafterRefusal,
     EngineRecipe,
     Flag,
     GpuVariant,
-    InstallStep,
     ReadyCheck,
     SettingSpec,
 )
@@ -38,12 +39,13 @@ RECIPE = EngineRecipe(
     version="0.10.2",
     version_note="the project's own engine at the agent's git sha, on JAX {version}",
     install=(
-        InstallStep(
-            name="pip jax cuda12",
-            kind="pip",
-            argv=("{python}", "-m", "pip", "install", "jax[cuda12]=={version}"),
-            why="JAX with its CUDA 12 plugin and libraries from PyPI (x86_64 and aarch64 "
-            "wheels); needs only the driver",
+        own_engine_install(
+            "pip jax cuda12 + the project",
+            "jax[cuda12]=={version}",
+            "jax",
+            why="the engine's own environment: JAX with its CUDA 12 plugin and libraries from "
+            "PyPI (x86_64 and aarch64 wheels; needs only the driver) and the project "
+            "(engines.jax) with its serving dependencies",
         ),
     ),
     serve=(
@@ -100,11 +102,11 @@ RECIPE = EngineRecipe(
         "cpu": GpuVariant(
             settings={"dtype": "float32"},
             install=(
-                InstallStep(
-                    name="pip jax cpu",
-                    kind="pip",
-                    argv=("{python}", "-m", "pip", "install", "jax[cpu]=={version}"),
-                    why="JAX's CPU wheels",
+                own_engine_install(
+                    "pip jax cpu + the project",
+                    "jax[cpu]=={version}",
+                    "jax",
+                    why="JAX's CPU wheels and the project (engines.jax)",
                 ),
             ),
             why="CPU: float32, JAX's CPU wheels",

@@ -176,9 +176,9 @@ RECIPE = EngineRecipe(
                 "flash_attn": None,
                 "cache_type_k": None,
                 "cache_type_v": None,
-                # The local default measured 1 thread at ~2,700 tok/s against 85-820 with 2
-                # on a 2-core machine (the load generator needs the other core); callers
-                # on bigger machines override it (the runner passes a `threads` setting).
+                # On a 2-core machine 1 thread measured several times faster than 2 (the
+                # load generator needs the other core); callers on bigger machines
+                # override it (the runner passes a `threads` setting).
                 "threads": 1,
             },
             install=(

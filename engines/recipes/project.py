@@ -1,10 +1,12 @@
-"""Where the project's source tree is, for the engines that are the project's own code.
+"""Where the project's source tree is, and how an engine that is the project's own code
+installs it.
 
 Our engines (`engines.pytorch`, and the JAX engine beside it) get their own environment, as
 every pip engine does, with the project installed into it editable from its source tree plus
-the framework build the GPU needs. That tree is the checkout in development and the unzipped
-agent asset on an instance (`/opt/bench/app`, where agent/install.sh installs the agent from);
-the installed distribution records it (PEP 610 `direct_url.json`).
+the framework build the GPU needs (`own_engine_install`, the one step both recipes use).
+That tree is the checkout in development and the unzipped agent asset on an instance
+(`/opt/bench/app`, where agent/install.sh installs the agent from); the installed
+distribution records it (PEP 610 `direct_url.json`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from contract.errors import BenchError
+from engines.recipes.schema import InstallStep
 
-__all__ = ["DISTRIBUTION", "ProjectSourceError", "project_source"]
+__all__ = ["DISTRIBUTION", "ProjectSourceError", "own_engine_install", "project_source"]
 
 DISTRIBUTION = "llm-serving-bench"
 
@@ -48,4 +51,25 @@ def project_source() -> Path:
     raise ProjectSourceError(
         f"{DISTRIBUTION}: no source tree found (not beside {here}, and the installed "
         "distribution records no folder); install the project from its folder"
+    )
+
+
+def own_engine_install(name: str, framework: str, extra: str, *, why: str) -> InstallStep:
+    """The install step of an engine that is the project's own code: into the engine's own
+    environment, `framework` (a pip requirement: the build this machine needs) and the
+    project, editable from its source tree (`{project}`) with its `extra`, so the engine's
+    `python -m engines.<name>` imports the checkout or asset the agent runs from."""
+    return InstallStep(
+        name=name,
+        kind="pip",
+        argv=(
+            "{python}",
+            "-m",
+            "pip",
+            "install",
+            framework,
+            "--editable",
+            f"{{project}}[{extra}]",
+        ),
+        why=why,
     )

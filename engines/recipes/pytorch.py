@@ -18,12 +18,12 @@ served one request at a time, this one batches; max_running defaults to the swee
 
 from __future__ import annotations
 
+from engines.recipes.project import own_engine_install
 from engines.recipes.schema import (
     DrafterRefusal,
     EngineRecipe,
     Flag,
     GpuVariant,
-    InstallStep,
     ReadyCheck,
     SettingSpec,
 )
@@ -34,18 +34,10 @@ __all__ = ["RECIPE", "TORCH_VERSION"]
 TORCH_VERSION = "2.13.0"
 
 _INSTALL = (
-    InstallStep(
-        name="pip torch + the project",
-        kind="pip",
-        argv=(
-            "{python}",
-            "-m",
-            "pip",
-            "install",
-            f"torch=={TORCH_VERSION}",
-            "--editable",
-            "{project}[pytorch]",
-        ),
+    own_engine_install(
+        "pip torch + the project",
+        f"torch=={TORCH_VERSION}",
+        "pytorch",
         why="the engine's own environment: torch's build for this machine and the project "
         "(engines.pytorch) with its serving dependencies",
     ),

@@ -6,6 +6,8 @@ Layout (each module says what it owns):
   between the HTTP layer and an engine's scheduler.
 - `protocol`: the OpenAI request bodies (pydantic) and response shapes.
 - `server`: the HTTP layer (Starlette on uvicorn) and the interface an engine plugs in with.
+- `batching`: the model-independent half of both engines' schedulers: the thread, inbox
+  and outbox, the batch's queues, and how a request ends.
 - `tokenizer`: the byte-level tokenizer made in code (for `random:<name>` models).
 - `random_models`: the configs of the `random:<name>` models.
 - `detokenizer`: token ids to streamed text, with stop strings.

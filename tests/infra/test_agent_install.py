@@ -22,6 +22,7 @@ import pytest
 
 from agent.installer import install_engine
 from agent.preflight import LAZY_IMPORTS
+from engines.recipes.jax import RECIPE as JAX
 from engines.recipes.pytorch import RECIPE as PYTORCH
 from infra.user_data import TEMPLATE_PATH
 from tests.fixtures.cdk_synth import Synthesized
@@ -129,3 +130,28 @@ def test_the_pytorch_engine_gets_torch_in_its_own_environment(tmp_path: Path) ->
     # A second work dir reuses the environment: nothing reinstalls.
     again = install_engine(PYTORCH, "cpu", tmp_path / "other")
     assert (again.python, again.steps_run) == (installed.python, 0)
+
+
+@pytest.mark.slow
+def test_the_jax_engine_gets_the_project_in_its_own_environment(tmp_path: Path) -> None:
+    # `python -m engines.jax` runs from the engine's environment: JAX and the project's
+    # `jax` extra (the HTTP layer, tokenizer) must both be in it, and no torch.
+    installed = install_engine(JAX, "cpu", tmp_path)
+    probe = subprocess.run(
+        [
+            installed.python,
+            "-c",
+            "import jax, engines.jax.server, importlib.util, pathlib; print(jax.__version__); "
+            "print(pathlib.Path(engines.jax.__file__).parents[2]); "
+            "print(importlib.util.find_spec('torch') is None)",
+        ],
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    version, source, no_torch = probe.stdout.split()
+    assert version == JAX.version
+    assert Path(source) == Path(__file__).resolve().parents[2]
+    assert no_torch == "True"

@@ -253,9 +253,9 @@ class _FakeTimingEvent:
 
 
 def test_device_clock_times_steps_and_the_idle_gaps_between_decode_steps() -> None:
-    from engines.pytorch.scheduler import _DeviceClock
+    from engines.pytorch.device_steps import DeviceClock
 
-    clock = _DeviceClock(torch.device("cpu"), make_event=_FakeTimingEvent)
+    clock = DeviceClock(torch.device("cpu"), make_event=_FakeTimingEvent)
     metrics = EngineMetrics("m")
 
     def step(start_ms: float, busy_ms: float) -> int | None:
@@ -285,9 +285,9 @@ def test_device_clock_times_steps_and_the_idle_gaps_between_decode_steps() -> No
 
 
 def test_device_clock_is_off_on_cpu() -> None:
-    from engines.pytorch.scheduler import _DeviceClock
+    from engines.pytorch.device_steps import DeviceClock
 
-    clock = _DeviceClock(torch.device("cpu"))
+    clock = DeviceClock(torch.device("cpu"))
     metrics = EngineMetrics("m")
     clock.read(clock.start(), metrics)
     assert metrics.device_steps == 0
@@ -327,13 +327,13 @@ def test_decode_profiler_writes_a_trace_and_table_of_its_window_once(tmp_path: A
 
 
 def test_a_failing_device_clock_stops_timing_and_fails_nothing() -> None:
-    from engines.pytorch.scheduler import _DeviceClock
+    from engines.pytorch.device_steps import DeviceClock
 
     class BrokenEvent(_FakeTimingEvent):
         def elapsed_time(self, end: _FakeTimingEvent) -> float:
             raise RuntimeError("CUDA error: the event was not recorded")
 
-    clock = _DeviceClock(torch.device("cpu"), make_event=BrokenEvent)
+    clock = DeviceClock(torch.device("cpu"), make_event=BrokenEvent)
     metrics = EngineMetrics("m")
     turn = clock.start()
     clock.stop(turn)

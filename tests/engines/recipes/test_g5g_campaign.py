@@ -32,6 +32,8 @@ def test_g5g_campaign_renders_every_arm_for_the_t4g(tmp_path: Path) -> None:
         assert model in served.argv and "4096" in served.argv
         assert served.extra_body["chat_template_kwargs"] == {"enable_thinking": False}
     jax_install = render_install(recipe_for_arm("jax"), "7.5", python="/venv/bin/python")
-    assert jax_install[0].argv[-1] == "jax[cuda12]==0.10.2"
+    # The engine's environment gets the project too: `python -m engines.jax` runs from it.
+    assert "jax[cuda12]==0.10.2" in jax_install[0].argv
+    assert jax_install[0].argv[-2] == "--editable" and jax_install[0].argv[-1].endswith("[jax]")
     jax = render(recipe_for_arm("jax"), "jax", "7.5", "google/gemma-4-E2B-it")
     assert jax.argv[1:3] == ("-m", "engines.jax") and jax.port == 8200
