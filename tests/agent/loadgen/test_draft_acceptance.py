@@ -30,6 +30,7 @@ from contract.results import (
 from contract.suite import RequestSettings, Shape, SweepSettings
 from engines.builds.llamacpp import LlamaCppBuild
 from engines.recipes import get_recipe
+from report.acceptance import read_acceptance
 from tests.fixtures.llama_server import LLAMA_SERVER_HEALTH_TIMEOUT_S, llama_server_argv
 
 PAGES = Path(__file__).parents[1] / "data" / "metrics"
@@ -145,6 +146,10 @@ def test_llamacpp_drafts_reach_records_cell_and_export(
     assert sum(w.draft_tokens or 0 for w in cell.repeats) == drafted
     assert cell.server is not None and cell.server.spec_draft_tokens == drafted
     assert cell.server.spec_acceptance_rate == pytest.approx(accepted / drafted)
+
+    # The report's drafter table reads the same acceptance from summary.json.
+    found = read_acceptance(json.loads((tmp_path / "summary.json").read_text()))
+    assert found is not None and (found.drafted, found.accepted) == (drafted, accepted)
 
     assert len(exports) == 2
     assert sum(run["spec_decode_draft_tokens"] for run in exports) == drafted
