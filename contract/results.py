@@ -321,3 +321,7 @@ class ProbeSummary(_Record):
     repeat_identical: int = Field(description="prompts whose text repeated byte for byte")
     requests_failed: int
     errors: list[str] = Field(default_factory=list)
+    spec_draft_tokens: int | None = Field(
+        None, description="the one-at-a-time requests' drafted tokens, where responses report it"
+    )
+    spec_accepted_tokens: int | None = None

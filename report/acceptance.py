@@ -2,9 +2,10 @@
 
 Read from a job's summary.json as written, wherever the counters sit (per window of a
 sweep, or for the whole probe), under the names engines and the agent give them: drafted
-tokens (`drafted_tokens`, vLLM's `num_draft_tokens`), accepted tokens (`accepted_tokens`,
-`num_accepted_tokens`) and draft steps (`num_drafts`, `draft_steps`); summed over every
-place they appear. Acceptance rate = accepted / drafted; mean accepted length = 1 +
+tokens (the agent's per-cell `server.spec_draft_tokens`, `drafted_tokens`, vLLM's
+`num_draft_tokens`), accepted tokens (`spec_accepted_tokens`, `accepted_tokens`,
+`num_accepted_tokens`) and draft steps (`spec_drafts`, `num_drafts`, `draft_steps`); summed
+over every place they appear. Acceptance rate = accepted / drafted; mean accepted length = 1 +
 accepted / draft steps (the target's own token included, as vLLM reports it). None where
 no counter was recorded: the report then says the engine did not expose it.
 """
@@ -22,9 +23,9 @@ from report.load import ArmResults
 
 __all__ = ["Acceptance", "acceptance_of", "read_acceptance"]
 
-_DRAFTED = ("drafted_tokens", "num_draft_tokens", "draft_tokens")
-_ACCEPTED = ("accepted_tokens", "num_accepted_tokens")
-_STEPS = ("num_drafts", "draft_steps")
+_DRAFTED = ("spec_draft_tokens", "drafted_tokens", "num_draft_tokens", "draft_tokens")
+_ACCEPTED = ("spec_accepted_tokens", "accepted_tokens", "num_accepted_tokens")
+_STEPS = ("spec_drafts", "num_drafts", "draft_steps")
 
 
 @dataclass(frozen=True)

@@ -85,7 +85,7 @@ def rate_tables(rows: Sequence[RateRow]) -> list[Table]:
         for r in mine:
             figures = r.status in ("ok", "partial")
             line = (r.label,) + ((str(r.max_concurrency or "-"),) if capped else ())
-            line += (fmt(r.rate, 2), _status(r))
+            line += (fmt(r.rate, 2),)
             line += tuple(
                 fmt(v, 2 if i < 2 else 1) if figures else "-"
                 for i, v in enumerate(
@@ -101,11 +101,11 @@ def rate_tables(rows: Sequence[RateRow]) -> list[Table]:
                     )
                 )
             )
-            line += (fmt(r.lag_p99_ms, 2) if figures else "-",)
+            line += (fmt(r.lag_p99_ms, 2) if figures else "-", _status(r))
             body.append(line)
-        columns = ("arm",) + (("max conc.",) if capped else ()) + ("rate/s", "status")
+        columns = ("arm",) + (("max conc.",) if capped else ()) + ("rate/s",)
         columns += ("offered/s", "served req/s", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms")
-        columns += ("TPOT p99 ms", "E2EL p50 ms", "E2EL p99 ms", "sched. lag p99 ms")
+        columns += ("TPOT p99 ms", "E2EL p50 ms", "E2EL p99 ms", "sched. lag p99 ms", "status")
         tables.append(
             Table(
                 key=f"rate-{shape}",

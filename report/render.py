@@ -63,7 +63,9 @@ def sections(report: Report, tables: Sequence[Table], plots: Sequence[Plot]) -> 
         Section("Drafter", [], [], _pick(tables, "drafter"), []),
         Section(
             "Load sweep",
-            [],
+            []
+            if _pick(tables, "sweep") or not _pick(tables, "rate")
+            else ["No sweep by concurrency level ran: the rate-mode cells follow."],
             [],
             _pick(tables, "sweep"),
             _plots(plots, "throughput") + _plots(plots, "ttft"),

@@ -176,6 +176,8 @@ def summarise_probe(
     failed = [r for r in every + at_once if not r.ok]
     errors = sorted({r.error or "no output tokens" for r in failed})[:5]
     aggregate = together.aggregate_output_tok_s
+    # One request at a time: the drafter's acceptance where the responses report it.
+    drafted = [r for r in every if r.ok and r.draft_tokens is not None]
     return ProbeSummary(
         base_url=base_url,
         model=model,
@@ -194,4 +196,8 @@ def summarise_probe(
         repeat_identical=sum(1 for p in prompts if p.repeat_identical),
         requests_failed=len(failed),
         errors=errors,
+        spec_draft_tokens=sum(r.draft_tokens or 0 for r in drafted) if drafted else None,
+        spec_accepted_tokens=sum(r.draft_accepted_tokens or 0 for r in drafted)
+        if drafted
+        else None,
     )

@@ -45,6 +45,17 @@ def test_agent_names_without_draft_steps_give_a_rate_only():
     assert read_acceptance({"cells": [{"repeats": [{"requests_ok": 3}]}]}) is None
 
 
+def test_the_agents_cell_counters_are_read_once_per_cell():
+    """As the agent writes a sweep cell: /metrics counters under `server`, and the windows'
+    own response counts beside them (llama.cpp), which are not counted twice."""
+    server = {"seconds": 30.0, "spec_drafts": 200.0, "spec_draft_tokens": 800.0}
+    server["spec_accepted_tokens"] = 500.0
+    window = {"repeat": 0, "draft_tokens": 800, "draft_accepted_tokens": 500}
+    found = read_acceptance({"cells": [{"server": server, "repeats": [window]}]})
+    assert found is not None and (found.drafted, found.accepted) == (800, 500)
+    assert found.mean_accepted_length == pytest.approx(1 + 500 / 200)
+
+
 def test_the_drafter_table_says_when_acceptance_was_not_exposed(handmade_report: Written):
     t = table(handmade_report, "drafter")
     assert cell(t, "vLLM (g6.4xlarge)", "acceptance") == "not exposed by the engine"

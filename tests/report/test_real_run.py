@@ -113,9 +113,13 @@ def test_a_local_run_has_no_price_and_says_what_it_did_not_measure(real_report: 
         "ttft-in64-out16",
         "ttft-in16-out64",
         "telemetry-here",
+        # llama.cpp runs with --metrics: the agent's server_metrics.csv gives the server view.
+        "server-here",
         "pareto-user-in64-out16",
         "pareto-user-in16-out64",
     }
+    telemetry = next(p for p in real_report.plots if p.key == "telemetry-here")
+    assert "requests waiting (top) and KV-cache use (bottom)" in telemetry.caption
 
 
 def test_bench_run_prints_the_reports_own_tables(real_results: Path, real_report: Written):

@@ -182,6 +182,9 @@ def _the_report_shows_latency_against_rate(folder: Path) -> None:
     ]
     text = (folder / "report" / "report.md").read_text()
     assert "## Latency against request rate" in text and "](rate-in40-out4.png)" in text
+    assert "No sweep by concurrency level ran" in text
+    html = (folder / "report" / "report.html").read_text()
+    assert 'alt="Latency against request rate, in40-out4" src="data:image/png' in html
     assert (folder / "report" / "rate-in40-out4.png").read_bytes().startswith(b"\x89PNG")
     rate_part = text[text.index("## Latency against request rate") :]
     rate_part = rate_part[: rate_part.index("\n## ")]
@@ -193,8 +196,8 @@ def _the_report_shows_latency_against_rate(folder: Path) -> None:
         cells = [c.strip() for c in line.strip("|").split("|")]
         ttft = metrics.percentile(sorted(metrics.ttft_ms(r) or 0.0 for r in mine), 99)
         e2el = metrics.percentile(sorted(metrics.latency_ms(r) or 0.0 for r in mine), 99)
-        assert cells[1:3] == [f"{rate:.2f}", "ok"]
-        assert cells[6] == f"{ttft:,.1f}" and cells[10] == f"{e2el:,.1f}"
+        assert (cells[1], cells[-1]) == (f"{rate:.2f}", "ok")
+        assert cells[5] == f"{ttft:,.1f}" and cells[9] == f"{e2el:,.1f}"
 
 
 def test_the_campaign_spec_takes_rate_mode_and_names_what_is_wrong() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
+from agent.loadgen.probe import run_probe
 from agent.loadgen.sweep import run_sweep
 from agent.loadgen.vllm_export import vllm_bench_serve_run
 from agent.supervisor import EngineServer, free_port
@@ -22,14 +23,16 @@ from contract import metrics
 from contract.results import (
     REQUESTS_FILE,
     VLLM_EXPORT_FILE,
+    ProbeSummary,
     RequestRecord,
     ServerCounters,
     SweepSummary,
     WindowStats,
 )
-from contract.suite import RequestSettings, Shape, SweepSettings
+from contract.suite import ProbeSettings, RequestSettings, Shape, SweepSettings
 from engines.builds.llamacpp import LlamaCppBuild
 from engines.recipes import get_recipe
+from report.acceptance import read_acceptance
 from tests.fixtures.llama_server import LLAMA_SERVER_HEALTH_TIMEOUT_S, llama_server_argv
 
 PAGES = Path(__file__).parents[1] / "data" / "metrics"
@@ -146,6 +149,10 @@ def test_llamacpp_drafts_reach_records_cell_and_export(
     assert cell.server is not None and cell.server.spec_draft_tokens == drafted
     assert cell.server.spec_acceptance_rate == pytest.approx(accepted / drafted)
 
+    # The report's drafter table reads the same acceptance from summary.json.
+    found = read_acceptance(json.loads((tmp_path / "summary.json").read_text()))
+    assert found is not None and (found.drafted, found.accepted) == (drafted, accepted)
+
     assert len(exports) == 2
     assert sum(run["spec_decode_draft_tokens"] for run in exports) == drafted
     assert sum(run["spec_decode_accepted_tokens"] for run in exports) == accepted
@@ -160,3 +167,26 @@ def test_a_server_without_a_drafter_exports_no_acceptance(
     records, exports = _sweep(llama_server_url, tmp_path, poll=False)
     assert records and all(r.draft_tokens is None for r in records)
     assert exports and not any(SPEC_KEYS & set(run) for run in exports)
+
+
+def test_the_probe_records_its_one_request_acceptance(
+    drafting_llama_server: str, tmp_path: Path
+) -> None:
+    request = RequestSettings(extra_body=dict(get_recipe("llamacpp").request_extras))
+    settings = ProbeSettings(output_tokens=16, repeats=1, at_once=2, request=request)
+
+    async def go() -> ProbeSummary:
+        async with OpenAIClient(drafting_llama_server, settings=request) as client:
+            return await run_probe(client, settings, ResultWriter(tmp_path))
+
+    summary = asyncio.run(go())
+    records = [
+        RequestRecord.model_validate_json(line)
+        for line in (tmp_path / REQUESTS_FILE).read_text().splitlines()
+    ]
+    alone = [r for r in records if "/at-once/" not in r.label]
+    assert alone and all(r.draft_tokens for r in alone)
+    assert summary.spec_draft_tokens == sum(r.draft_tokens or 0 for r in alone)
+    assert summary.spec_accepted_tokens == sum(r.draft_accepted_tokens or 0 for r in alone)
+    found = read_acceptance(json.loads((tmp_path / "summary.json").read_text()))
+    assert found is not None and found.drafted == summary.spec_draft_tokens
