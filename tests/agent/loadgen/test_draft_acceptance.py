@@ -177,7 +177,7 @@ def test_the_probe_records_its_one_request_acceptance(
 
     async def go() -> ProbeSummary:
         async with OpenAIClient(drafting_llama_server, settings=request) as client:
-            return await run_probe(client, settings, ResultWriter(tmp_path))
+            return await run_probe(client, settings, JobFolder(tmp_path))
 
     summary = asyncio.run(go())
     records = [
