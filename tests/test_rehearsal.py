@@ -35,8 +35,9 @@ What the user data does that cannot run here, and how it is checked instead:
   beside that binary (tests/engines/builds/test_llamacpp.py copies a failed build's log).
 - The pip cache on the instance store (`PIP_CACHE_DIR` under the cache root, filled by the
   first pip engine and reused by the next arm): here pip's cache of this machine, so the torch
-  CPU wheel is fetched once per machine, not once per run; the environment itself is built
-  from nothing every run.
+  CPU wheel is fetched once per machine, not once per run (on a fresh CI machine
+  tests/infra/test_agent_install.py, which runs first, has fetched it); the environment
+  itself is built from nothing every run.
 - A hub model download: the campaign's models are generated or built in code (no hub here);
   tests/agent/aws/test_agent_process.py downloads through huggingface_hub from a fake hub and
   stops it with a spot notice.
@@ -78,7 +79,8 @@ from tests.fixtures.processes import ended_at_exit
 
 __all__ = ["ended_at_exit", "moto_template", "stack"]  # fixtures used here
 
-pytestmark = pytest.mark.slow
+# Past pytest's 600 s default: the PyTorch environment alone took 204 s on a loaded host.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
 CAMPAIGN = "rehearsal"
 SPEC = f"""
