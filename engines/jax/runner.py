@@ -40,6 +40,11 @@ from engines.serving.tokenizer import build_byte_tokenizer, generation_ids, stop
 log = logging.getLogger(__name__)
 
 BANNED_PER_ROW = 8  # banned ids a row may have for the on-device greedy choice
+# A decode program has at least 2 rows: XLA's GPU compiler rewrites a dot whose one side
+# is a vector (one row) and whose operands hold under 10M elements into multiply + reduce
+# fusions, which read a weight at a third to a half of the bandwidth its GEMM kernels
+# reach (profiled on an H200: benchmarks/records/2026-12-02-h200-jax-decode.md).
+MIN_DECODE_ROWS = 2
 RANDOM_STD = 0.05  # as the PyTorch engine's random models: text varies with the context
 
 DTYPES = {
@@ -271,7 +276,8 @@ class JaxRunner:
         if self.prefill_buckets[-1] > self.kv_buckets[-1]:
             raise ValueError("--prefill-buckets: a prompt bucket is longer than --max-model-len")
         self.chunk = self.prefill_buckets[-1]
-        self.batch_buckets = sorted({*(b for b in batch_buckets if b < num_slots), num_slots})
+        sizes = [*(b for b in batch_buckets if b < num_slots), num_slots]
+        self.batch_buckets = sorted({max(b, MIN_DECODE_ROWS) for b in sizes})
         self.steps = max(1, decode_steps)
         dev = loaded.device
         bias = np.zeros(self.spec.vocab_size, np.float32)
