@@ -21,6 +21,7 @@ OUT="${OUT:-$PWD/out}"
 WHEELS="${WHEELS:-.whl}"
 VARIANTS="${VARIANTS:-default graphs_while}"
 LAST_VARIANTS="${LAST_VARIANTS:-no_graphs}"
+SERVER_S="${SERVER_S:-200}"  # kept for the server stage
 MODEL="${MODEL:-random:gemma-4-e2b}"
 mkdir -p "$OUT"
 left() { echo $((BUDGET - (SECONDS - T0))); }
@@ -53,7 +54,7 @@ step() {  # step NAME LIMIT_S [ARGS...]
 }
 profile=(--profile /tmp/prof)
 for variant in $VARIANTS; do
-  [ "$(left)" -gt 330 ] && step "$variant" 150 "${profile[@]}"
+  [ "$(left)" -gt $((SERVER_S + 40)) ] && step "$variant" 150 "${profile[@]}"
   profile=()
 done
 best=$(python3 - "$OUT" <<'EOF'
@@ -69,7 +70,7 @@ EOF
 )
 echo "== server under $best ($(left)s left)"
 server_s=$(( $(left) - 15 ))
-[ "$server_s" -gt 240 ] && server_s=240
+[ "$server_s" -gt $((SERVER_S + 40)) ] && server_s=$((SERVER_S + 40))
 XLA_FLAGS="${FLAGS[$best]}" timeout "$server_s" python3 -m benchmarks.jax_vs_pytorch_h200 \
   "$OUT/b" --model "$MODEL" --engines jax --prefill-lens 128,512 --jax-flags "--max-model-len 1024 \
   --prefill-buckets 128,512 --kv-buckets 1024 --batch-buckets 1,8 --decode-steps 8 \
