@@ -25,16 +25,7 @@ SERVER_S="${SERVER_S:-200}"  # kept for the server stage
 MODEL="${MODEL:-random:gemma-4-e2b}"
 mkdir -p "$OUT"
 left() { echo $((BUDGET - (SECONDS - T0))); }
-wheels=()
-for name in transformers pydantic pydantic_core annotated_types typing_inspection \
-  typing_extensions starlette uvicorn orjson httptools; do
-  for f in "$WHEELS"/"$name"-[0-9]*.whl; do [ -e "$f" ] && wheels+=("$f"); done
-done
-if [ ${#wheels[@]} -gt 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "${wheels[@]}" > "$OUT/pip.log" 2>&1
-  export PYTHONPATH="/tmp/site:$PWD"
-fi
+source "$(dirname "$0")/jax_wheels.sh"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader \
   || echo "no nvidia-smi"

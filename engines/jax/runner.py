@@ -392,25 +392,40 @@ class JaxRunner:
         )
         return logits
 
-    def decode(
-        self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
-        banned: Sequence[Sequence[int]],
-    ) -> tuple[jax.Array, np.ndarray]:
-        """One step for the running `slots` (their last tokens, positions and banned ids):
-        logits [rows, V] (on the device, padded rows at the end) and each row's greedy
-        choice with its banned ids masked (on the host)."""
+    def _rows(
+        self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]
+    ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """The batch bucket for these rows, and their slots, tokens and positions padded
+        to it (a padding row: the slot past the last, position -1)."""
         n = len(slots)
         b = next(size for size in self.batch_buckets if size >= n)
-        k = self._kv_bucket(max(positions) + 1)
         pad_slots = np.full(b, self.num_slots, np.int32)
         pad_slots[:n] = slots
         pad_tokens = np.zeros(b, np.int32)
         pad_tokens[:n] = tokens
         pad_positions = np.full(b, -1, np.int32)
         pad_positions[:n] = positions
-        pad_banned = np.full((b, BANNED_PER_ROW), self.spec.vocab_size, np.int32)
+        return b, pad_slots, pad_tokens, pad_positions
+
+    def _bans(self, rows: int, banned: Sequence[Sequence[int]]) -> np.ndarray:
+        """Each row's banned ids, padded with an id past the vocabulary (dropped)."""
+        pad = np.full((rows, BANNED_PER_ROW), self.spec.vocab_size, np.int32)
         for row, ids in enumerate(banned):
-            pad_banned[row, : len(ids)] = ids[:BANNED_PER_ROW]
+            pad[row, : len(ids)] = ids[:BANNED_PER_ROW]
+        return pad
+
+    def decode(
+        self,
+        slots: Sequence[int],
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        banned: Sequence[Sequence[int]],
+    ) -> tuple[jax.Array, np.ndarray]:
+        """One step for the running `slots` (their last tokens, positions and banned ids):
+        logits [rows, V] (on the device, padded rows at the end) and each row's greedy
+        choice with its banned ids masked (on the host)."""
+        b, pad_slots, pad_tokens, pad_positions = self._rows(slots, tokens, positions)
+        k = self._kv_bucket(max(positions) + 1)
         self.cache, logits, greedy = self._decode[(b, k)](
             self.loaded.params,
             self.cache,
@@ -418,9 +433,9 @@ class JaxRunner:
             pad_positions,
             pad_slots,
             self.bias,
-            pad_banned,
+            self._bans(b, banned),
         )
-        return logits, np.asarray(greedy)[:n]
+        return logits, np.asarray(greedy)[: len(slots)]
 
     def decode_greedy(
         self,
@@ -434,23 +449,10 @@ class JaxRunner:
         """`steps` greedy steps for the running `slots` in one call (see `greedy_steps`):
         tokens [steps, len(slots)] on the host. A row may pass its `max_tokens` or the
         KV's end inside the call: those tokens are the caller's to drop."""
-        n = len(slots)
-        b = next(size for size in self.batch_buckets if size >= n)
+        b, pad_slots, pad_tokens, pad_positions = self._rows(slots, tokens, positions)
         k = self._kv_bucket(min(max(positions) + self.steps, self.max_len))
-        pad_slots = np.full(b, self.num_slots, np.int32)
-        pad_slots[:n] = slots
-        pad_tokens = np.zeros(b, np.int32)
-        pad_tokens[:n] = tokens
-        pad_positions = np.full(b, -1, np.int32)
-        pad_positions[:n] = positions
         pad_left = np.zeros(b, np.int32)
-        pad_left[:n] = min_left
-        bans = []
-        for lists in (always, until):
-            pad = np.full((b, BANNED_PER_ROW), self.spec.vocab_size, np.int32)
-            for row, ids in enumerate(lists):
-                pad[row, : len(ids)] = ids
-            bans.append(pad)
+        pad_left[: len(slots)] = min_left
         self.cache, out = self._steps[(b, k)](
             self.loaded.params,
             self.cache,
@@ -458,11 +460,11 @@ class JaxRunner:
             pad_positions,
             pad_slots,
             self.bias,
-            bans[0],
-            bans[1],
+            self._bans(b, always),
+            self._bans(b, until),
             pad_left,
         )
-        return np.asarray(out)[:, :n]
+        return np.asarray(out)[:, : len(slots)]
 
 
 @functools.lru_cache(maxsize=1)
