@@ -19,8 +19,8 @@ T0=$SECONDS
 BUDGET="${BUDGET:-480}"
 OUT="${OUT:-$PWD/out}"
 WHEELS="${WHEELS:-.whl}"
-VARIANTS="${VARIANTS:-default graphs_while}"
-LAST_VARIANTS="${LAST_VARIANTS:-no_graphs}"
+VARIANTS="${VARIANTS-default graphs_while}"
+LAST_VARIANTS="${LAST_VARIANTS-no_graphs}"
 SERVER_S="${SERVER_S:-200}"  # kept for the server stage
 MODEL="${MODEL:-random:gemma-4-e2b}"
 mkdir -p "$OUT"
@@ -80,8 +80,10 @@ for p in sorted(out.glob("step-*.json")):
     p.unlink()
 (out / "steps.json").write_text(json.dumps(merged, indent=1))
 for name in ("one_step_a_call", "steps_in_one_call"):
-    for trace in Path("/tmp/prof", name).rglob("perfetto_trace.json.gz"):
-        shutil.copy(trace, out / f"trace-{name}.json.gz")
+    traces = list(Path("/tmp/prof", name).rglob("perfetto_trace.json.gz"))
+    if traces:
+        newest = max(traces, key=lambda p: p.stat().st_mtime)
+        shutil.copy(newest, out / f"trace-{name}.json.gz")
 EOF
 rm -rf "$OUT"/b/*-sweep
 grep -v "^\s*$" "$OUT/bench.log" | tail -22

@@ -68,7 +68,7 @@ def _tally(
 
 def summarize_trace(trace_dir: Path, per: int) -> dict[str, Any]:
     """Kernel and host-event totals of the perfetto trace under `trace_dir`, per step."""
-    path = next(trace_dir.rglob("perfetto_trace.json.gz"))
+    path = max(trace_dir.rglob("perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
     with gzip.open(path) as f:
         data = json.loads(f.read())
     events = data["traceEvents"] if isinstance(data, dict) else data
@@ -194,7 +194,7 @@ def main() -> int:
                 jax.block_until_ready(last)
             try:
                 result[f"profile_{name}"] = summarize_trace(folder, calls * per_call)
-            except (StopIteration, KeyError, ValueError) as e:
+            except (KeyError, ValueError) as e:
                 result[f"profile_{name}"] = {"error": f"{type(e).__name__}: {e}"}
             save()
     result["total_s"] = time.monotonic() - t0
