@@ -394,9 +394,10 @@ class JaxRunner:
 
     def _rows(
         self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]
-    ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
-        """The batch bucket for these rows, and their slots, tokens and positions padded
-        to it (a padding row: the slot past the last, position -1)."""
+    ) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The batch bucket for these rows, and their tokens, positions and slots (the
+        decode programs' order) padded to it (a padding row: position -1, the slot past
+        the last)."""
         n = len(slots)
         b = next(size for size in self.batch_buckets if size >= n)
         pad_slots = np.full(b, self.num_slots, np.int32)
@@ -405,7 +406,7 @@ class JaxRunner:
         pad_tokens[:n] = tokens
         pad_positions = np.full(b, -1, np.int32)
         pad_positions[:n] = positions
-        return b, pad_slots, pad_tokens, pad_positions
+        return b, (pad_tokens, pad_positions, pad_slots)
 
     def _bans(self, rows: int, banned: Sequence[Sequence[int]]) -> np.ndarray:
         """Each row's banned ids, padded with an id past the vocabulary (dropped)."""
@@ -424,16 +425,11 @@ class JaxRunner:
         """One step for the running `slots` (their last tokens, positions and banned ids):
         logits [rows, V] (on the device, padded rows at the end) and each row's greedy
         choice with its banned ids masked (on the host)."""
-        b, pad_slots, pad_tokens, pad_positions = self._rows(slots, tokens, positions)
+        b, rows = self._rows(slots, tokens, positions)
         k = self._kv_bucket(max(positions) + 1)
-        self.cache, logits, greedy = self._decode[(b, k)](
-            self.loaded.params,
-            self.cache,
-            pad_tokens,
-            pad_positions,
-            pad_slots,
-            self.bias,
-            self._bans(b, banned),
+        program = self._decode[(b, k)]
+        self.cache, logits, greedy = program(
+            self.loaded.params, self.cache, *rows, self.bias, self._bans(b, banned)
         )
         return logits, np.asarray(greedy)[: len(slots)]
 
@@ -449,21 +445,13 @@ class JaxRunner:
         """`steps` greedy steps for the running `slots` in one call (see `greedy_steps`):
         tokens [steps, len(slots)] on the host. A row may pass its `max_tokens` or the
         KV's end inside the call: those tokens are the caller's to drop."""
-        b, pad_slots, pad_tokens, pad_positions = self._rows(slots, tokens, positions)
+        b, rows = self._rows(slots, tokens, positions)
         k = self._kv_bucket(min(max(positions) + self.steps, self.max_len))
         pad_left = np.zeros(b, np.int32)
         pad_left[: len(slots)] = min_left
-        self.cache, out = self._steps[(b, k)](
-            self.loaded.params,
-            self.cache,
-            pad_tokens,
-            pad_positions,
-            pad_slots,
-            self.bias,
-            self._bans(b, always),
-            self._bans(b, until),
-            pad_left,
-        )
+        bans = (self._bans(b, always), self._bans(b, until))
+        program = self._steps[(b, k)]
+        self.cache, out = program(self.loaded.params, self.cache, *rows, self.bias, *bans, pad_left)
         return np.asarray(out)[:, : len(slots)]
 
 
