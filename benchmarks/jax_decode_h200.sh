@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # One call on a CUDA machine for the JAX engine's batch-1 decode (issue 19), within
 # $BUDGET seconds (default 480), each stage skipped when too little time is left:
-# 1. `benchmarks.jax_step_h200` with XLA's defaults and a profile: one step a call
-#    (synced, chained, the bare dispatch) against `--decode-steps 8` in one call;
-# 2. the same with XLA's command buffers (CUDA graphs) taking the device loop too;
-# 3. the server (`benchmarks.jax_vs_pytorch_h200 --engines jax`, our sweep at 1, 8, 64
+# 1. `benchmarks.jax_step_h200` under each XLA variant of $VARIANTS (the first with a
+#    profile): one step a call (synced, chained, the bare dispatch) against
+#    `--decode-steps 8` in one call;
+# 2. the server (`benchmarks.jax_vs_pytorch_h200 --engines jax`, our sweep at 1, 8, 64
 #    requests of 128/512) under the variant whose multi-step decode was fastest;
-# 4. if time is left, the step benchmark with command buffers off (what graphs give).
+# 3. if time is left, the step benchmark under each variant of $LAST_VARIANTS.
+# Variants: default (XLA's own flags), graphs_while (command buffers, i.e. CUDA graphs,
+# taking the device loop too), no_graphs (command buffers off), no_triton_gemm (cuBLAS
+# for every GEMM).
 # Results under $OUT: steps.json (every variant), b/result.json, logs and two traces.
 #
 #   OUT=/path/to/out WHEELS=../.whl bash benchmarks/jax_decode_h200.sh
@@ -16,19 +19,13 @@ T0=$SECONDS
 BUDGET="${BUDGET:-480}"
 OUT="${OUT:-$PWD/out}"
 WHEELS="${WHEELS:-.whl}"
+VARIANTS="${VARIANTS-default graphs_while}"
+LAST_VARIANTS="${LAST_VARIANTS-no_graphs}"
+SERVER_S="${SERVER_S:-200}"  # kept for the server stage
 MODEL="${MODEL:-random:gemma-4-e2b}"
 mkdir -p "$OUT"
 left() { echo $((BUDGET - (SECONDS - T0))); }
-wheels=()
-for name in transformers pydantic pydantic_core annotated_types typing_inspection \
-  typing_extensions starlette uvicorn orjson httptools; do
-  for f in "$WHEELS"/"$name"-[0-9]*.whl; do [ -e "$f" ] && wheels+=("$f"); done
-done
-if [ ${#wheels[@]} -gt 0 ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site "${wheels[@]}" > "$OUT/pip.log" 2>&1
-  export PYTHONPATH="/tmp/site:$PWD"
-fi
+source "$(dirname "$0")/jax_wheels.sh"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader \
   || echo "no nvidia-smi"
@@ -36,6 +33,7 @@ declare -A FLAGS=(
   [default]=""
   [graphs_while]="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL --xla_gpu_graph_min_graph_size=1"
   [no_graphs]="--xla_gpu_enable_command_buffer="
+  [no_triton_gemm]="--xla_gpu_enable_triton_gemm=false"
 )
 step() {  # step NAME LIMIT_S [ARGS...]
   local name=$1 limit=$2
@@ -45,8 +43,11 @@ step() {  # step NAME LIMIT_S [ARGS...]
     "$OUT/step-$name.json" --model "$MODEL" --max-len 1024 "$@" >> "$OUT/steps.log" 2>&1
   echo "step $name exit: $?"
 }
-step default 170 --profile /tmp/prof
-[ "$(left)" -gt 330 ] && step graphs_while 110
+profile=(--profile /tmp/prof)
+for variant in $VARIANTS; do
+  [ "$(left)" -gt $((SERVER_S + 40)) ] && step "$variant" 150 "${profile[@]}"
+  profile=()
+done
 best=$(python3 - "$OUT" <<'EOF'
 import json, sys
 from pathlib import Path
@@ -60,13 +61,15 @@ EOF
 )
 echo "== server under $best ($(left)s left)"
 server_s=$(( $(left) - 15 ))
-[ "$server_s" -gt 240 ] && server_s=240
+[ "$server_s" -gt $((SERVER_S + 40)) ] && server_s=$((SERVER_S + 40))
 XLA_FLAGS="${FLAGS[$best]}" timeout "$server_s" python3 -m benchmarks.jax_vs_pytorch_h200 \
   "$OUT/b" --model "$MODEL" --engines jax --prefill-lens 128,512 --jax-flags "--max-model-len 1024 \
   --prefill-buckets 128,512 --kv-buckets 1024 --batch-buckets 1,8 --decode-steps 8 \
   --compile-threads 8" > "$OUT/bench.log" 2>&1
 echo "server exit: $? (XLA_FLAGS of $best)"
-[ "$(left)" -gt 100 ] && step no_graphs $(( $(left) - 10 ))
+for variant in $LAST_VARIANTS; do
+  [ "$(left)" -gt 60 ] && step "$variant" $(( $(left) - 10 ))
+done
 python3 - "$OUT" "$best" <<'EOF'
 import json, shutil, sys
 from pathlib import Path
@@ -77,8 +80,10 @@ for p in sorted(out.glob("step-*.json")):
     p.unlink()
 (out / "steps.json").write_text(json.dumps(merged, indent=1))
 for name in ("one_step_a_call", "steps_in_one_call"):
-    for trace in Path("/tmp/prof", name).rglob("perfetto_trace.json.gz"):
-        shutil.copy(trace, out / f"trace-{name}.json.gz")
+    traces = list(Path("/tmp/prof", name).rglob("perfetto_trace.json.gz"))
+    if traces:
+        newest = max(traces, key=lambda p: p.stat().st_mtime)
+        shutil.copy(newest, out / f"trace-{name}.json.gz")
 EOF
 rm -rf "$OUT"/b/*-sweep
 grep -v "^\s*$" "$OUT/bench.log" | tail -22

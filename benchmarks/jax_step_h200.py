@@ -1,6 +1,7 @@
 """What sets the JAX engine's batch-1 decode on a GPU, measured in process (no HTTP): the
-engine's own compiled programs for `random:gemma-4-e2b` at batch 1 and KV 1024, over the
-server's cache (64 slots of 4,096 positions), timed four ways:
+engine's own compiled programs for `random:gemma-4-e2b` for one request at KV 1024 (in
+its smallest batch bucket, one real row and padding), over the server's cache (64 slots
+of `--max-len` positions), timed four ways:
 
 - `synced_ms`: one step a call, the host reading each step's token before queueing the
   next (what the scheduler does with `--decode-steps 1`);
@@ -67,7 +68,7 @@ def _tally(
 
 def summarize_trace(trace_dir: Path, per: int) -> dict[str, Any]:
     """Kernel and host-event totals of the perfetto trace under `trace_dir`, per step."""
-    path = next(trace_dir.rglob("perfetto_trace.json.gz"))
+    path = max(trace_dir.rglob("perfetto_trace.json.gz"), key=lambda p: p.stat().st_mtime)
     with gzip.open(path) as f:
         data = json.loads(f.read())
     events = data["traceEvents"] if isinstance(data, dict) else data
@@ -102,7 +103,7 @@ def main() -> int:
     p.add_argument("--model", default="random:gemma-4-e2b")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--slots", type=int, default=64)
-    p.add_argument("--max-len", type=int, default=4096)
+    p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--kv", type=int, default=1024)
     p.add_argument("--profile", type=Path, default=None)
     args = p.parse_args()
@@ -122,16 +123,21 @@ def main() -> int:
     )
     result["load_s"] = time.monotonic() - t0
     t1 = time.monotonic()
-    program = runner.compile_program("decode", 1, args.kv)
-    many = runner.compile_program("steps", 1, args.kv)
+    rows = runner.batch_buckets[0]
+    program = runner.compile_program("decode", rows, args.kv)
+    many = runner.compile_program("steps", rows, args.kv)
     result["compile_s"] = time.monotonic() - t1
     params, bias = loaded.params, runner.bias
     result["argument_arrays"] = len(jax.tree_util.tree_leaves((params, runner.cache)))
-    tokens = np.array([65], np.int32)
-    positions = np.array([600], np.int32)
-    slots = np.array([0], np.int32)
-    banned = np.full((1, 8), loaded.spec.vocab_size, np.int32)
-    left = np.zeros(1, np.int32)
+    result["rows"] = rows
+    # one request (slot 0, position 600) and padding rows, as `JaxRunner.decode` pads
+    tokens = np.full(rows, 65, np.int32)
+    positions = np.full(rows, -1, np.int32)
+    positions[0] = 600
+    slots = np.full(rows, args.slots, np.int32)
+    slots[0] = 0
+    banned = np.full((rows, 8), loaded.spec.vocab_size, np.int32)
+    left = np.zeros(rows, np.int32)
     state: dict[str, Any] = {"cache": runner.cache, "token": jnp.asarray(tokens)}
 
     def synced() -> Any:
@@ -188,7 +194,7 @@ def main() -> int:
                 jax.block_until_ready(last)
             try:
                 result[f"profile_{name}"] = summarize_trace(folder, calls * per_call)
-            except (StopIteration, KeyError, ValueError) as e:
+            except (KeyError, ValueError) as e:
                 result[f"profile_{name}"] = {"error": f"{type(e).__name__}: {e}"}
             save()
     result["total_s"] = time.monotonic() - t0

@@ -40,6 +40,11 @@ from engines.serving.tokenizer import build_byte_tokenizer, generation_ids, stop
 log = logging.getLogger(__name__)
 
 BANNED_PER_ROW = 8  # banned ids a row may have for the on-device greedy choice
+# A decode program has at least 2 rows: XLA's GPU compiler rewrites a dot whose one side
+# is a vector (one row) and whose operands hold under 10M elements into multiply + reduce
+# fusions, which read a weight at a third to a half of the bandwidth its GEMM kernels
+# reach (profiled on an H200: benchmarks/records/2026-12-02-h200-jax-decode.md).
+MIN_DECODE_ROWS = 2
 RANDOM_STD = 0.05  # as the PyTorch engine's random models: text varies with the context
 
 DTYPES = {
@@ -271,7 +276,8 @@ class JaxRunner:
         if self.prefill_buckets[-1] > self.kv_buckets[-1]:
             raise ValueError("--prefill-buckets: a prompt bucket is longer than --max-model-len")
         self.chunk = self.prefill_buckets[-1]
-        self.batch_buckets = sorted({*(b for b in batch_buckets if b < num_slots), num_slots})
+        sizes = [*(b for b in batch_buckets if b < num_slots), num_slots]
+        self.batch_buckets = sorted({max(b, MIN_DECODE_ROWS) for b in sizes})
         self.steps = max(1, decode_steps)
         dev = loaded.device
         bias = np.zeros(self.spec.vocab_size, np.float32)
@@ -386,35 +392,46 @@ class JaxRunner:
         )
         return logits
 
-    def decode(
-        self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int],
-        banned: Sequence[Sequence[int]],
-    ) -> tuple[jax.Array, np.ndarray]:
-        """One step for the running `slots` (their last tokens, positions and banned ids):
-        logits [rows, V] (on the device, padded rows at the end) and each row's greedy
-        choice with its banned ids masked (on the host)."""
+    def _rows(
+        self, slots: Sequence[int], tokens: Sequence[int], positions: Sequence[int]
+    ) -> tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The batch bucket for these rows, and their tokens, positions and slots (the
+        decode programs' order) padded to it (a padding row: position -1, the slot past
+        the last)."""
         n = len(slots)
         b = next(size for size in self.batch_buckets if size >= n)
-        k = self._kv_bucket(max(positions) + 1)
         pad_slots = np.full(b, self.num_slots, np.int32)
         pad_slots[:n] = slots
         pad_tokens = np.zeros(b, np.int32)
         pad_tokens[:n] = tokens
         pad_positions = np.full(b, -1, np.int32)
         pad_positions[:n] = positions
-        pad_banned = np.full((b, BANNED_PER_ROW), self.spec.vocab_size, np.int32)
+        return b, (pad_tokens, pad_positions, pad_slots)
+
+    def _bans(self, rows: int, banned: Sequence[Sequence[int]]) -> np.ndarray:
+        """Each row's banned ids, padded with an id past the vocabulary (dropped)."""
+        pad = np.full((rows, BANNED_PER_ROW), self.spec.vocab_size, np.int32)
         for row, ids in enumerate(banned):
-            pad_banned[row, : len(ids)] = ids[:BANNED_PER_ROW]
-        self.cache, logits, greedy = self._decode[(b, k)](
-            self.loaded.params,
-            self.cache,
-            pad_tokens,
-            pad_positions,
-            pad_slots,
-            self.bias,
-            pad_banned,
+            pad[row, : len(ids)] = ids[:BANNED_PER_ROW]
+        return pad
+
+    def decode(
+        self,
+        slots: Sequence[int],
+        tokens: Sequence[int],
+        positions: Sequence[int],
+        banned: Sequence[Sequence[int]],
+    ) -> tuple[jax.Array, np.ndarray]:
+        """One step for the running `slots` (their last tokens, positions and banned ids):
+        logits [rows, V] (on the device, padded rows at the end) and each row's greedy
+        choice with its banned ids masked (on the host)."""
+        b, rows = self._rows(slots, tokens, positions)
+        k = self._kv_bucket(max(positions) + 1)
+        program = self._decode[(b, k)]
+        self.cache, logits, greedy = program(
+            self.loaded.params, self.cache, *rows, self.bias, self._bans(b, banned)
         )
-        return logits, np.asarray(greedy)[:n]
+        return logits, np.asarray(greedy)[: len(slots)]
 
     def decode_greedy(
         self,
@@ -428,35 +445,14 @@ class JaxRunner:
         """`steps` greedy steps for the running `slots` in one call (see `greedy_steps`):
         tokens [steps, len(slots)] on the host. A row may pass its `max_tokens` or the
         KV's end inside the call: those tokens are the caller's to drop."""
-        n = len(slots)
-        b = next(size for size in self.batch_buckets if size >= n)
+        b, rows = self._rows(slots, tokens, positions)
         k = self._kv_bucket(min(max(positions) + self.steps, self.max_len))
-        pad_slots = np.full(b, self.num_slots, np.int32)
-        pad_slots[:n] = slots
-        pad_tokens = np.zeros(b, np.int32)
-        pad_tokens[:n] = tokens
-        pad_positions = np.full(b, -1, np.int32)
-        pad_positions[:n] = positions
         pad_left = np.zeros(b, np.int32)
-        pad_left[:n] = min_left
-        bans = []
-        for lists in (always, until):
-            pad = np.full((b, BANNED_PER_ROW), self.spec.vocab_size, np.int32)
-            for row, ids in enumerate(lists):
-                pad[row, : len(ids)] = ids
-            bans.append(pad)
-        self.cache, out = self._steps[(b, k)](
-            self.loaded.params,
-            self.cache,
-            pad_tokens,
-            pad_positions,
-            pad_slots,
-            self.bias,
-            bans[0],
-            bans[1],
-            pad_left,
-        )
-        return np.asarray(out)[:, :n]
+        pad_left[: len(slots)] = min_left
+        bans = (self._bans(b, always), self._bans(b, until))
+        program = self._steps[(b, k)]
+        self.cache, out = program(self.loaded.params, self.cache, *rows, self.bias, *bans, pad_left)
+        return np.asarray(out)[:, : len(slots)]
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,9 +1,10 @@
 """The JAX engine against transformers: a tiny Gemma 4 text model saved as a Hugging Face
 folder by transformers, served by `python -m engines.jax` (CPU, float32); its greedy
 continuations through /v1/completions equal transformers' `generate()` token for token,
-one request at a time and all at once, for prompts longer than the sliding window (the
-ring wraps) and longer than the prompt chunk (prefill runs in pieces). Every bucket is
-compiled before /health answers, and /metrics says how many."""
+one request at a time and all at once (also with rows that end inside a multi-step call),
+for prompts longer than the sliding window (the ring wraps) and longer than the prompt
+chunk (prefill runs in pieces). Every bucket is compiled before /health answers, and
+/metrics says how many."""
 
 from __future__ import annotations
 
@@ -120,5 +121,23 @@ def test_greedy_equals_transformers_generate(
         return [r.json()["choices"][0]["text"] for r in rs]
 
     assert asyncio.run(together()) == expected
+
+    # rows that end inside a call of 8 greedy steps beside rows that go on: each stops
+    # at its own max_tokens, with its own text's prefix
+    lengths = [3, NEW_TOKENS, 11, NEW_TOKENS - 1]
+
+    async def ragged() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=jax_url, timeout=120.0, trust_env=False) as c:
+            rs = await asyncio.gather(
+                *(
+                    c.post("/v1/completions", json={**_body(i), "max_tokens": n})
+                    for i, n in zip(prompts, lengths, strict=True)
+                )
+            )
+        return [r.json() for r in rs]
+
+    for r, n, text in zip(asyncio.run(ragged()), lengths, expected, strict=True):
+        assert r["usage"]["completion_tokens"] == n
+        assert text.startswith(r["choices"][0]["text"])
     found = re.search(r"^jax_engine_compiled_buckets\{[^}]*\} (\S+)$", metrics, re.M)
     assert found is not None and float(found.group(1)) == 6
