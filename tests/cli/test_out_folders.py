@@ -199,6 +199,36 @@ def test_an_interrupted_probe_resumes_with_what_it_had_finished(tmp_path: Path):
     assert (out / "requests.jsonl").read_text().splitlines() == lines
 
 
+def test_a_sweep_killed_in_its_first_cell_resumes(tmp_path: Path):
+    out = tmp_path / "s"
+    flags = ["--shapes", "64/16", "--levels", "1,2", "--repeats", "3", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
+    with reference_server(ttft_ms=5, itl_ms=25) as slow:
+        with subprocess.Popen(
+            [BENCH, "sweep", slow.url, *flags],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+        ) as sweep:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and sweep.poll() is None:
+                if (out / "requests.jsonl").exists() and request_ids(out):
+                    break
+                time.sleep(0.02)
+            sweep.kill()
+        first = SweepSummary.model_validate_json((out / "summary.json").read_text())
+        assert first.cells == [] and first.finished_unix_s is None, "written once calibrated"
+        interrupted = request_ids(out)
+        result = bench("sweep", slow.url, *flags, "--resume")
+    assert result.returncode == 0, result.stderr
+    done = SweepSummary.model_validate_json((out / "summary.json").read_text())
+    assert [(c.concurrency, c.status) for c in done.cells] == [(1, "ok"), (2, "ok")]
+    assert done.started_unix_s == first.started_unix_s
+    ids = request_ids(out)
+    assert len(ids) == len(set(ids)) == 12, "each request of the sweep once"
+    assert request_ids(out, "requests.interrupted.jsonl") == interrupted
+
+
 def test_resume_needs_results(server: ReferenceServer, tmp_path: Path):
     result = bench("sweep", server.url, *FLAGS, "--out", str(tmp_path / "none"), "--resume")
     assert result.returncode == 2 and "holds no results" in result.stderr
