@@ -1,6 +1,7 @@
 """What `bench probe` and `bench sweep` against a running server share: request flags made
-into settings, the earlier summary in `--out` for `--resume`, the standalone manifest that
-lets `bench report` read the folder, the progress bar, and one-line user errors.
+into settings, the earlier summary in `--out` for `--resume`, asking the server before
+`--out` is touched, the standalone manifest that lets `bench report` read the folder, the
+progress bar, and one-line user errors.
 """
 
 from __future__ import annotations

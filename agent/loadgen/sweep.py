@@ -8,7 +8,8 @@ run on this server, with why), `partial` (it measured, but some request of a mea
 failed: its figures are shown with the loss and never ranked) or `failed` (it broke, with the
 error); none is dropped. An unmeasured call that fails after its retries (tokenize while
 prompts are built, the server gone) fails the cell in progress and the sweep moves on.
-Records are appended as each window ends and the summary rewritten after each cell.
+Records are appended as each window ends and the summary written once calibrated (no cells
+yet, so a sweep stopped in its first cell can be resumed) and rewritten after each cell.
 """
 
 from __future__ import annotations
@@ -425,6 +426,7 @@ async def run_sweep(
             counts=_counts(cells),
         )
 
+    writer.write_summary(summary(finished=False))  # settings on disk: resumable from here
     points: list[tuple[int, float | None]] = (
         [(settings.max_concurrency or 0, rate) for rate in settings.rates]
         if settings.mode == "rate"

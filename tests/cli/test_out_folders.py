@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -41,6 +41,26 @@ def bench(*args: str) -> subprocess.CompletedProcess[str]:
 def request_ids(out: Path, name: str = "requests.jsonl") -> list[str]:
     lines = (out / name).read_text().splitlines()
     return [RequestRecord.model_validate_json(line).request_id for line in lines]
+
+
+def stopped_when(
+    ready: Callable[[], bool], sig: signal.Signals, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `bench ARGS`; send `sig` as soon as `ready()` holds (a crash, or Ctrl-C)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
+    with subprocess.Popen(
+        [BENCH, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+    ) as run:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None and not ready():
+            time.sleep(0.02)
+        run.send_signal(sig)
+        _, stderr = run.communicate(timeout=60)
+    return subprocess.CompletedProcess(run.args, run.returncode, "", stderr)
+
+
+def lines_on_disk(out: Path) -> int:
+    return len(request_ids(out)) if (out / "requests.jsonl").exists() else 0
 
 
 def export_labels(out: Path, infix: str = "") -> list[str]:
@@ -117,21 +137,13 @@ def test_a_rate_sweep_killed_in_its_second_cell_resumes_without_mixing(
     server: ReferenceServer, tmp_path: Path
 ):
     out = tmp_path / "rate"
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
-    with subprocess.Popen(
-        [BENCH, "sweep", server.url, *RATE_FLAGS, "--out", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    ) as sweep:
-        # Killed once the second cell's first window is on disk (its export line is written
-        # last) and its second window runs: a crash mid-cell.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and sweep.poll() is None:
-            if "bench:in64-out8/rate16" in export_labels(out):
-                break
-            time.sleep(0.02)
-        sweep.kill()
+    # Killed once the second cell's first window is on disk (its export line is written
+    # last) and its second window runs: a crash mid-cell.
+    stopped_when(
+        lambda: "bench:in64-out8/rate16" in export_labels(out),
+        signal.SIGKILL,
+        *["sweep", server.url, *RATE_FLAGS, "--out", str(out)],
+    )
     first = SweepSummary.model_validate_json((out / "summary.json").read_text())
     assert [c.request_rate for c in first.cells] == [8.0] and first.finished_unix_s is None
     kept = [i for i in request_ids(out) if i.startswith("in64-out8/rate8/")]
@@ -157,25 +169,14 @@ def test_a_rate_sweep_killed_in_its_second_cell_resumes_without_mixing(
 def test_an_interrupted_probe_resumes_with_what_it_had_finished(tmp_path: Path):
     out = tmp_path / "p"
     flags = ["--output-tokens", "16", "--repeats", "2", "--at-once", "3", "--out", str(out)]
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
     with reference_server(ttft_ms=5, itl_ms=15) as slow:
-        with subprocess.Popen(
-            [BENCH, "probe", slow.url, *flags],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        ) as probe:
-            # Ctrl-C once three requests are on disk, as a user stops a probe.
-            deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and probe.poll() is None:
-                if (out / "requests.jsonl").exists() and len(request_ids(out)) >= 3:
-                    break
-                time.sleep(0.02)
-            probe.send_signal(signal.SIGINT)
-            _, stderr = probe.communicate(timeout=60)
-        assert probe.returncode == 130, stderr
-        assert "interrupted; results written so far are kept" in stderr
+
+        def three_on_disk() -> bool:  # then Ctrl-C, as a user stops a probe
+            return lines_on_disk(out) >= 3
+
+        probe = stopped_when(three_on_disk, signal.SIGINT, "probe", slow.url, *flags)
+        assert probe.returncode == 130, probe.stderr
+        assert "interrupted; results written so far are kept" in probe.stderr
         first = ProbeSummary.model_validate_json((out / "summary.json").read_text())
         assert first.finished_unix_s is None
         kept = (out / "requests.jsonl").read_text().splitlines()
@@ -197,6 +198,24 @@ def test_an_interrupted_probe_resumes_with_what_it_had_finished(tmp_path: Path):
         again = bench("probe", slow.url, *flags, "--resume")
     assert again.returncode == 0 and "already complete" in again.stdout
     assert (out / "requests.jsonl").read_text().splitlines() == lines
+
+
+def test_a_sweep_killed_in_its_first_cell_resumes(tmp_path: Path):
+    out = tmp_path / "s"
+    flags = ["--shapes", "64/16", "--levels", "1,2", "--repeats", "3", "--out", str(out)]
+    with reference_server(ttft_ms=5, itl_ms=25) as slow:
+        stopped_when(lambda: lines_on_disk(out) > 0, signal.SIGKILL, "sweep", slow.url, *flags)
+        first = SweepSummary.model_validate_json((out / "summary.json").read_text())
+        assert first.cells == [] and first.finished_unix_s is None, "written once calibrated"
+        interrupted = request_ids(out)
+        result = bench("sweep", slow.url, *flags, "--resume")
+    assert result.returncode == 0, result.stderr
+    done = SweepSummary.model_validate_json((out / "summary.json").read_text())
+    assert [(c.concurrency, c.status) for c in done.cells] == [(1, "ok"), (2, "ok")]
+    assert done.started_unix_s == first.started_unix_s
+    ids = request_ids(out)
+    assert len(ids) == len(set(ids)) == 12, "each request of the sweep once"
+    assert request_ids(out, "requests.interrupted.jsonl") == interrupted
 
 
 def test_resume_needs_results(server: ReferenceServer, tmp_path: Path):
