@@ -89,8 +89,8 @@ steps)
 server-int4)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
-  timeout 560 python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
-    --levels 1,8,64 --repeats 1 --budget-s 540 --server-args "--quantize w4a16" \
+  timeout ${TMO:-560} python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
+    --levels 1,8,64 --repeats 1 --budget-s ${BUDGET_S:-540} --server-args "--quantize w4a16" \
     > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
   grep "^|\|ERROR" "$OUT/bench.log"
@@ -99,7 +99,7 @@ server-int4)
 server)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
-  timeout 560 python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
+  timeout ${TMO:-560} python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
     --levels 1,8,64 --repeats 1 --budget-s 540 \
     --server-variant int4="--quantize w4a16" > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
