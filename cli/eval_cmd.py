@@ -163,31 +163,20 @@ async def _run(args: argparse.Namespace, console: Console) -> EvalSummary:
 
 async def _ask(task: EvalTask[Any], args: argparse.Namespace, out: Path, model: str) -> EvalSummary:
     """Every question of `task` asked into `out`, with a progress bar of the accuracy."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     from agent.evals.runner import run_eval
     from agent.loadgen.client import normalise_base_url
     from agent.telemetry.server_metrics import SERVER_METRICS_FILE, polling
+    from cli.standalone import progress_bar
     from contract.evals import AnswerRecord
 
-    questions = len(task.questions())
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as progress:
-        bar = progress.add_task(f"{args.eval}", total=questions)
-        seen = {"answered": 0, "correct": 0}
+    seen = {"answered": 0, "correct": 0}
+    with progress_bar(len(task.questions()), args.eval) as bar:
 
         def advance(record: AnswerRecord) -> None:
             seen["answered"] += 1
             seen["correct"] += int(record.correct)
             accuracy = seen["correct"] / seen["answered"]
-            progress.update(bar, advance=1, description=f"{args.eval} accuracy {accuracy:.1%}")
+            bar(1, description=f"{args.eval} accuracy {accuracy:.1%}")
 
         with polling(normalise_base_url(args.url), out / SERVER_METRICS_FILE, args.eval):
             return await run_eval(task, args.url, out, model=model, progress=advance)

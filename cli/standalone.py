@@ -112,6 +112,8 @@ def write_standalone(
 
 
 def progress_bar(total: int | None, description: str):
+    """A transient bar on stderr; yields `advance(n, description=None)` (a new description
+    replaces the bar's label, e.g. with a running accuracy)."""
     from contextlib import contextmanager
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -127,7 +129,9 @@ def progress_bar(total: int | None, description: str):
             transient=True,
         ) as progress:
             task = progress.add_task(description, total=total)
-            yield lambda n: progress.advance(task, n)
+            yield lambda n, description=None: progress.update(
+                task, advance=n, description=description
+            )
 
     return bar()
 
