@@ -171,6 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             interrupted.set()
         log.warning("%s; stopping the current phase", reason)
         runner.interrupt()
+        # No tarball comes after an interruption: the logs go up loose, in a folder of this
+        # instance's own, so a relaunched shard's tarball never disagrees with them.
+        logs = shard_dir / "logs" / f"interrupted-{identity.instance_id}"
+        _collect_logs(work_dir, logs, secrets=[v for v in env.values() if v])
+        uploader.upload_logs(logs)
         pending = uploader.drain(SPOT_DRAIN_S)
         status.set_phase("interrupted", error=f"{reason}; {len(pending)} upload(s) pending")
         status.close()

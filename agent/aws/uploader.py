@@ -129,6 +129,17 @@ class ResultsUploader:
         pairs = [(p, prefix + p.relative_to(job_dir).as_posix()) for p in files]
         self._enqueue(_Item(name=job, files=pairs))
 
+    def upload_logs(self, logs_dir: Path) -> None:
+        """Queue the files under `logs_dir` (a folder of the shard folder) as they lie there:
+        the logs of a run that ends without a tarball (an interruption)."""
+        rel = logs_dir.relative_to(self.shard_dir).as_posix()
+        pairs = [
+            (p, f"{self.prefix}{rel}/{p.relative_to(logs_dir).as_posix()}")
+            for p in files_under(logs_dir)
+        ]
+        if pairs:
+            self._enqueue(_Item(name=rel, files=pairs))
+
     def upload_final(self, manifest: Path, tarball: Path) -> None:
         """Queue the manifest and the tarball (after every job queued so far)."""
         self._enqueue(_Item(name=MANIFEST_FILE, files=[(manifest, self.prefix + MANIFEST_FILE)]))

@@ -187,6 +187,9 @@ def test_a_spot_notice_uploads_what_is_done_and_stops(
     keys = _keys()
     assert prefix in keys
     assert f"results/{CAMPAIGN}/{SHARD}/jobs/llama-sweep/done" not in keys, "stopped mid-sweep"
+    # No tarball after an interruption: the logs went up loose, under this instance's id.
+    logs = f"results/{CAMPAIGN}/{SHARD}/logs/interrupted-{imds.instance_id}/"
+    assert f"{logs}agent.log" in keys and f"{logs}llamacpp-install.log" in keys, keys
 
 
 def test_a_spot_notice_during_the_model_download_stops_it_and_publishes_interrupted(
