@@ -169,7 +169,9 @@ def test_a_rate_sweep_killed_in_its_second_cell_resumes_without_mixing(
 def test_an_interrupted_probe_resumes_with_what_it_had_finished(tmp_path: Path):
     out = tmp_path / "p"
     flags = ["--output-tokens", "16", "--repeats", "2", "--at-once", "3", "--out", str(out)]
-    with reference_server(ttft_ms=5, itl_ms=15) as slow:
+    # About 1 s a request, so after the third line at least 9 s of the probe are left: a
+    # loaded host's late Ctrl-C still lands mid-probe.
+    with reference_server(ttft_ms=5, itl_ms=60) as slow:
 
         def three_on_disk() -> bool:  # then Ctrl-C, as a user stops a probe
             return lines_on_disk(out) >= 3
