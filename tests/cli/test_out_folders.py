@@ -49,7 +49,14 @@ def stopped_when(
     """Run `bench ARGS`; send `sig` as soon as `ready()` holds (a crash, or Ctrl-C)."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "COLUMNS": "200"}
     with subprocess.Popen(
-        [BENCH, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env
+        [BENCH, *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # Ctrl-C as at a terminal: a shell's background job (`.ci/run &`) passes SIGINT on
+        # ignored, and Python then never turns it into KeyboardInterrupt.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as run:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and run.poll() is None and not ready():
