@@ -242,7 +242,6 @@ def _collect_logs(work_dir: Path, dest: Path, *, secrets: list[str]) -> None:
     sources = [work_dir / "agent.log", CLOUD_INIT_LOG]
     engines = work_dir / "engines"
     sources += sorted([*engines.glob("*/install.log"), *engines.glob("*/build.log")])
-    dest.mkdir(parents=True, exist_ok=True)
     for source in sources:
         try:
             text = source.read_text(errors="replace")
@@ -252,7 +251,11 @@ def _collect_logs(work_dir: Path, dest: Path, *, secrets: list[str]) -> None:
             text = text.replace(secret, "***")
         in_engine = source.parent.parent == engines
         name = f"{source.parent.name}-{source.name}" if in_engine else source.name
-        (dest / name).write_text(text)
+        try:  # a log that cannot be copied must not cost the results' upload or the status
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / name).write_text(text)
+        except OSError as exc:
+            log.warning("logs: cannot copy %s to %s: %s", source, dest, exc)
 
 
 def _upload_or_keep_trying(

@@ -90,3 +90,17 @@ def test_logs_outside_the_shard_folder_go_into_it_redacted(tmp_path: Path):
     assert (logs / "agent.log").read_text() == "START agent\n"
     assert (logs / "llamacpp-install.log").read_text() == "cmake ... token ***\n"
     assert (logs / "llamacpp-build.log").read_text() == "-- CUDA found ***\n"
+
+
+def test_logs_that_cannot_be_copied_cost_nothing_else(tmp_path: Path, caplog):
+    from agent.__main__ import _collect_logs
+
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "agent.log").write_text("START agent\n")
+    blocked = tmp_path / "shard" / "logs"
+    blocked.parent.mkdir()
+    blocked.write_text("a file where the logs folder should be")
+    _collect_logs(work, blocked, secrets=[])  # returns: the upload and status go on
+    assert blocked.read_text() == "a file where the logs folder should be"
+    assert "cannot copy" in caplog.text and "agent.log" in caplog.text
