@@ -7,7 +7,10 @@
 # 2. the server (`benchmarks.jax_vs_pytorch_h200 --engines jax`, our sweep at 1, 8, 64
 #    requests of 128/512) under the variant whose multi-step decode was fastest;
 # 3. if time is left, the step benchmark under each variant of $LAST_VARIANTS.
-# Variants: default (XLA's own flags), graphs_while (command buffers, i.e. CUDA graphs,
+# $STEPS: the greedy steps per call timed (comma-separated); $JAX_FLAGS: the server's flags;
+# $SERVER_VARIANT: the server's XLA variant (default: the fastest multi-step decode).
+# Variants: default (XLA's own flags), exhaustive (XLA's exhaustive search over its Triton
+# GEMM tilings at compile time), graphs_while (command buffers, i.e. CUDA graphs,
 # taking the device loop too), no_graphs (command buffers off), no_triton_gemm (cuBLAS
 # for every GEMM).
 # Results under $OUT: steps.json (every variant), b/result.json, logs and two traces.
@@ -23,6 +26,9 @@ VARIANTS="${VARIANTS-default graphs_while}"
 LAST_VARIANTS="${LAST_VARIANTS-no_graphs}"
 SERVER_S="${SERVER_S:-200}"  # kept for the server stage
 MODEL="${MODEL:-random:gemma-4-e2b}"
+STEPS="${STEPS:-8}"
+JAX_FLAGS="${JAX_FLAGS:---max-model-len 1024 --prefill-buckets 128,512 --kv-buckets 1024 \
+--batch-buckets 1,8 --decode-steps 8 --compile-threads 8}"
 mkdir -p "$OUT"
 left() { echo $((BUDGET - (SECONDS - T0))); }
 source "$(dirname "$0")/jax_wheels.sh"
@@ -31,6 +37,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv
   || echo "no nvidia-smi"
 declare -A FLAGS=(
   [default]=""
+  [exhaustive]="--xla_gpu_exhaustive_tiling_search=true"
   [graphs_while]="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL --xla_gpu_graph_min_graph_size=1"
   [no_graphs]="--xla_gpu_enable_command_buffer="
   [no_triton_gemm]="--xla_gpu_enable_triton_gemm=false"
@@ -40,7 +47,7 @@ step() {  # step NAME LIMIT_S [ARGS...]
   shift 2
   echo "== step $name (limit ${limit}s, $(left)s left)"
   XLA_FLAGS="${FLAGS[$name]}" timeout "$limit" python3 -m benchmarks.jax_step_h200 \
-    "$OUT/step-$name.json" --model "$MODEL" --max-len 1024 "$@" >> "$OUT/steps.log" 2>&1
+    "$OUT/step-$name.json" --model "$MODEL" --max-len 1024 --steps "$STEPS" "$@" >> "$OUT/steps.log" 2>&1
   echo "step $name exit: $?"
 }
 profile=(--profile /tmp/prof)
@@ -59,16 +66,16 @@ for p in Path(sys.argv[1]).glob("step-*.json"):
 print(min(done, key=done.get) if done else "default")
 EOF
 )
+best="${SERVER_VARIANT:-$best}"
 echo "== server under $best ($(left)s left)"
 server_s=$(( $(left) - 15 ))
 [ "$server_s" -gt $((SERVER_S + 40)) ] && server_s=$((SERVER_S + 40))
 XLA_FLAGS="${FLAGS[$best]}" timeout "$server_s" python3 -m benchmarks.jax_vs_pytorch_h200 \
-  "$OUT/b" --model "$MODEL" --engines jax --prefill-lens 128,512 --jax-flags "--max-model-len 1024 \
-  --prefill-buckets 128,512 --kv-buckets 1024 --batch-buckets 1,8 --decode-steps 8 \
-  --compile-threads 8" > "$OUT/bench.log" 2>&1
+  "$OUT/b" --model "$MODEL" --engines jax --prefill-lens "${PREFILL_LENS:-128,512}" \
+  --jax-flags "$JAX_FLAGS" > "$OUT/bench.log" 2>&1
 echo "server exit: $? (XLA_FLAGS of $best)"
 for variant in $LAST_VARIANTS; do
-  [ "$(left)" -gt 60 ] && step "$variant" $(( $(left) - 10 ))
+  [ "$(left)" -gt 60 ] && step "$variant" $(( $(left) - 25 ))
 done
 python3 - "$OUT" "$best" <<'EOF'
 import json, shutil, sys
@@ -94,7 +101,7 @@ for name, r in d.items():
     if not isinstance(r, dict):
         continue
     keys = ("synced_ms", "chained_ms", "dispatch_ms", "steps_ms_per_token", "compile_s")
-    print(name, {k: round(r[k], 3) for k in keys if k in r})
+    print(name, {k: round(r[k], 3) for k in keys if k in r}, r.get("steps_ms_per_token_by_count"))
     for kind in ("one_step_a_call", "steps_in_one_call"):
         prof = r.get(f"profile_{kind}", {})
         print(" ", kind, {k: v for k, v in prof.items() if not k.startswith("top")})

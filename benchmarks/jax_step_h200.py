@@ -10,14 +10,16 @@ of `--max-len` positions), timed four ways:
 - `dispatch_ms`: a program that takes the same arguments (every weight and the cache) and
   does nothing with them: the host's cost of handing them to a call;
 - `steps_ms_per_token`: `--steps` greedy steps in one call (`greedy_steps`, what the
-  scheduler does with `--decode-steps N`), the host reading the tokens after each call.
+  scheduler does with `--decode-steps N`), the host reading the tokens after each call;
+  with several counts (`--steps 8,16`), each count's figure under
+  `steps_ms_per_token_by_count` and the fastest as `steps_ms_per_token`.
 
 Then a profile (`jax.profiler`, CUPTI) of a few chained steps and of one multi-step call:
 GPU kernels per step, the time the GPU is busy per step against the wall time, the
 kernels and host events that take the most, and the driver's launch calls per step
 (`cuLaunchKernel` one kernel at a time against `cuGraphLaunch`, XLA's command buffers).
 
-    python -m benchmarks.jax_step_h200 OUT_JSON [--model M] [--steps N] [--profile DIR]
+    python -m benchmarks.jax_step_h200 OUT_JSON [--model M] [--steps N[,N...]] [--profile DIR]
 
 XLA_FLAGS (read by the process) selects the compiler's variant; `jax_vs_pytorch_h200.sh`
 runs this once per variant. MODEL `random:tiny-gemma4` dry-runs on a CPU.
@@ -101,14 +103,17 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.jax_step_h200")
     p.add_argument("out", type=Path)
     p.add_argument("--model", default="random:gemma-4-e2b")
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument(
+        "--steps", type=lambda v: [int(n) for n in v.split(",")], default=[8],
+        help="greedy steps per call (comma-separated: each is timed; the first is profiled)",
+    )
     p.add_argument("--slots", type=int, default=64)
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--kv", type=int, default=1024)
     p.add_argument("--profile", type=Path, default=None)
     args = p.parse_args()
     t0 = time.monotonic()
-    result: dict[str, Any] = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "steps": args.steps}
+    result: dict[str, Any] = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "steps": args.steps[0]}
 
     def save() -> None:
         args.out.write_text(json.dumps(result, indent=2))
@@ -119,13 +124,17 @@ def main() -> int:
     )
     runner = JaxRunner(
         loaded, num_slots=args.slots, prefill_buckets=[128], kv_buckets=[args.kv],
-        batch_buckets=[1], decode_steps=args.steps,
+        batch_buckets=[1], decode_steps=args.steps[0],
     )
     result["load_s"] = time.monotonic() - t0
     t1 = time.monotonic()
     rows = runner.batch_buckets[0]
     program = runner.compile_program("decode", rows, args.kv)
     many = runner.compile_program("steps", rows, args.kv)
+    more = {}
+    for count in args.steps[1:]:
+        runner.steps = count
+        more[count] = runner.compile_program("steps", rows, args.kv)
     result["compile_s"] = time.monotonic() - t1
     params, bias = loaded.params, runner.bias
     result["argument_arrays"] = len(jax.tree_util.tree_leaves((params, runner.cache)))
@@ -166,7 +175,20 @@ def main() -> int:
         _timed(call, idle_sync, 5)
     result["synced_ms"] = _timed(synced, idle_sync, STEPS)
     result["chained_ms"] = _timed(chained, idle_sync, STEPS)
-    result["steps_ms_per_token"] = _timed(several, idle_sync, STEPS // args.steps) / args.steps
+    first = args.steps[0]
+    by_count = {first: _timed(several, idle_sync, max(1, STEPS // first)) / first}
+    for count, program_n in more.items():
+
+        def several_n(program_n: Any = program_n) -> Any:
+            state["cache"], out = program_n(
+                params, state["cache"], tokens, positions, slots, bias, banned, banned, left
+            )
+            return np.asarray(out)
+
+        _timed(several_n, idle_sync, 2)
+        by_count[count] = _timed(several_n, idle_sync, max(1, STEPS // count)) / count
+    result["steps_ms_per_token_by_count"] = by_count
+    result["steps_ms_per_token"] = min(by_count.values())
     save()
 
     def nothing(p: object, c: object, x: jax.Array) -> jax.Array:
@@ -185,7 +207,7 @@ def main() -> int:
     if args.profile is not None:
         for name, call, calls, per_call in (
             ("one_step_a_call", chained, TRACED_STEPS, 1),
-            ("steps_in_one_call", several, 1, args.steps),
+            ("steps_in_one_call", several, 1, first),
         ):
             folder = args.profile / name
             with jax.profiler.trace(str(folder), create_perfetto_trace=True):

@@ -4,10 +4,14 @@ PyTorch engine's flags where they apply, plus the bucket ladder)."""
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_PORT = 8200
+# XLA compiles one program on a few threads of its own, so up to 8 programs at once keep a
+# large host busy; the default ladder's 27 programs are what time to /health waits on.
+DEFAULT_COMPILE_THREADS = max(1, min(8, os.cpu_count() or 1))
 
 
 def _positive(text: str) -> int:
@@ -43,7 +47,7 @@ class JaxEngineConfig:
     batch_buckets: tuple[int, ...] = (1, 8)
     decode_steps: int = 8
     prefill_budget: int = 2048
-    compile_threads: int = 4
+    compile_threads: int = DEFAULT_COMPILE_THREADS
     log_level: str = "info"
 
 
@@ -106,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="prompt tokens prefilled between two decode steps at most",
     )
     p.add_argument(
-        "--compile-threads", type=_positive, default=d.compile_threads, help="parallel compiles"
+        "--compile-threads",
+        type=_positive,
+        default=d.compile_threads,
+        help="programs compiled at once (default: the CPU count, at most 8)",
     )
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     return p

@@ -10,6 +10,11 @@ scaling 1, the last `num_kv_shared_layers` layers reusing the KV of the last ear
 layer of their type, per-layer embeddings fed through a gate after each layer, an MLP
 twice as wide in the KV-shared layers, a per-layer scalar, and a final logit softcap.
 
+Projections that read the same input are held as one matrix (`fuse_projections`: q, k and
+v as `qkv`; gate and up as `gate_up`), so a step runs one GEMM where the checkpoint has
+two or three: at batch 1 a decode step is a string of small kernels whose count, not
+their bytes, sets its time on a large GPU.
+
 The cache: full-attention layers keep `[slots, max_len, kv_heads, head]`; sliding layers a
 ring of the window's length, `[slots, window, kv_heads, head]`, position p at p mod window
 (the window lets position q see keys q - window + 1 ... q, so the ring holds exactly
@@ -183,6 +188,21 @@ def _shapes(spec: GemmaSpec) -> dict[str, tuple[int, ...]]:
     return out
 
 
+_FUSED = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up")}
+
+
+def fuse_projections(params: Params, spec: GemmaSpec) -> Params:
+    """The checkpoint's per-projection matrices of each layer joined along their outputs
+    (`_FUSED`; a KV-shared layer's `qkv` is its q alone), one layer at a time."""
+    out = dict(params)
+    for i in range(len(spec.layers)):
+        pre = f"layers.{i}."
+        for fused, parts in _FUSED.items():
+            present = [out.pop(pre + part) for part in parts if pre + part in out]
+            out[pre + fused] = present[0] if len(present) == 1 else jnp.concatenate(present, 1)
+    return out
+
+
 def _is_norm(name: str) -> bool:
     return name.endswith(("norm", "scalar"))
 
@@ -204,7 +224,7 @@ def random_params(spec: GemmaSpec, dtype: Any, seed: int, std: float, on_host: b
         else:
             draw = jax.random.normal(jax.random.fold_in(key, i), shape, jnp.float32) * std
             params[name] = draw.astype(dtype)
-    return params
+    return fuse_projections(params, spec)
 
 
 # transformers' names (after the text model's prefix) -> ours, and whether to transpose
@@ -279,7 +299,7 @@ def load_params(folder: Path, spec: GemmaSpec, dtype: Any) -> Params:
                 params[name] = jnp.ones(shape, dtype)
             else:
                 raise ValueError(f"--model: {folder} has no weight for {name}")
-    return params
+    return fuse_projections(params, spec)
 
 
 def read_config(folder: Path) -> Any:
@@ -348,7 +368,8 @@ def _layer_tail(
     pre = f"layers.{i}."
     x = x + _rms(attn @ params[pre + "o"], params[pre + "post_attn_norm"], spec.eps)
     h = _rms(x, params[pre + "pre_ff_norm"], spec.eps)
-    h = jax.nn.gelu(h @ params[pre + "gate"], approximate=True) * (h @ params[pre + "up"])
+    gate, up = jnp.split(h @ params[pre + "gate_up"], 2, axis=-1)
+    h = jax.nn.gelu(gate, approximate=True) * up
     x = x + _rms(h @ params[pre + "down"], params[pre + "post_ff_norm"], spec.eps)
     if per_layer is not None:
         g = jax.nn.gelu(x @ params[pre + "pl_gate"], approximate=True) * per_layer[..., i, :]
@@ -363,12 +384,14 @@ def _qkv(
     pre = f"layers.{i}."
     inv = spec.rope_sliding if lay.sliding else spec.rope_full
     lead = h.shape[:-1]
-    q = (h @ params[pre + "q"]).reshape(*lead, spec.heads, lay.head_dim)
+    qkv = h @ params[pre + "qkv"]
+    width_q, width_kv = spec.heads * lay.head_dim, lay.kv_heads * lay.head_dim
+    q = qkv[..., :width_q].reshape(*lead, spec.heads, lay.head_dim)
     q = _rope(_rms(q, params[pre + "q_norm"], spec.eps), positions, inv)
     if not lay.writes_cache:
         return q, None, None
-    k = (h @ params[pre + "k"]).reshape(*lead, lay.kv_heads, lay.head_dim)
-    v = (h @ params[pre + "v"]).reshape(*lead, lay.kv_heads, lay.head_dim)
+    k = qkv[..., width_q : width_q + width_kv].reshape(*lead, lay.kv_heads, lay.head_dim)
+    v = qkv[..., width_q + width_kv :].reshape(*lead, lay.kv_heads, lay.head_dim)
     k = _rope(_rms(k, params[pre + "k_norm"], spec.eps), positions, inv)
     return q, k, _rms(v, None, spec.eps)
 
