@@ -45,7 +45,7 @@ class JaxEngineConfig:
     prefill_buckets: tuple[int, ...] = (64, 256, 512)
     kv_buckets: tuple[int, ...] = (1024, 2048, 4096)
     batch_buckets: tuple[int, ...] = (1, 8)
-    decode_steps: int = 8
+    decode_steps: int = 16
     prefill_budget: int = 2048
     compile_threads: int = DEFAULT_COMPILE_THREADS
     log_level: str = "info"
@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=d.decode_steps,
         help="greedy decode steps per device call while every running request is greedy "
-        "(1: a call a step); tokens stream in groups of up to this many",
+        "(1: a call a step); tokens stream in groups of up to this many, and a new request "
+        "waits for the call in flight before its prefill",
     )
     p.add_argument(
         "--prefill-budget",
