@@ -10,7 +10,8 @@
 # $STEPS: the greedy steps per call timed (comma-separated); $JAX_FLAGS: the server's flags;
 # $SERVER_VARIANT: the server's XLA variant (default: the fastest multi-step decode).
 # Variants: default (XLA's own flags), exhaustive (XLA's exhaustive search over its Triton
-# GEMM tilings at compile time), graphs_while (command buffers, i.e. CUDA graphs,
+# GEMM tilings at compile time), xla and pallas (XLA's defaults with the engine's decode
+# attention as XLA's own kernels or as its Pallas kernel), graphs_while (command buffers, i.e. CUDA graphs,
 # taking the device loop too), no_graphs (command buffers off), no_triton_gemm (cuBLAS
 # for every GEMM).
 # Results under $OUT: steps.json (every variant), b/result.json, logs and two traces.
@@ -35,9 +36,12 @@ source "$(dirname "$0")/jax_wheels.sh"
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.mem --format=csv,noheader \
   || echo "no nvidia-smi"
+declare -A STEP_ARGS=([xla]="--decode-attention xla" [pallas]="--decode-attention pallas")
 declare -A FLAGS=(
   [default]=""
   [exhaustive]="--xla_gpu_exhaustive_tiling_search=true"
+  [xla]=""
+  [pallas]=""
   [graphs_while]="--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL --xla_gpu_graph_min_graph_size=1"
   [no_graphs]="--xla_gpu_enable_command_buffer="
   [no_triton_gemm]="--xla_gpu_enable_triton_gemm=false"
@@ -47,7 +51,7 @@ step() {  # step NAME LIMIT_S [ARGS...]
   shift 2
   echo "== step $name (limit ${limit}s, $(left)s left)"
   XLA_FLAGS="${FLAGS[$name]}" timeout "$limit" python3 -m benchmarks.jax_step_h200 \
-    "$OUT/step-$name.json" --model "$MODEL" --max-len 1024 --steps "$STEPS" "$@" >> "$OUT/steps.log" 2>&1
+    "$OUT/step-$name.json" --model "$MODEL" --max-len 1024 --steps "$STEPS" ${STEP_ARGS[$name]:-} "$@" >> "$OUT/steps.log" 2>&1
   echo "step $name exit: $?"
 }
 profile=(--profile /tmp/prof)

@@ -111,9 +111,11 @@ def main() -> int:
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--kv", type=int, default=1024)
     p.add_argument("--profile", type=Path, default=None)
+    p.add_argument("--decode-attention", default="auto", help="as the engine's flag")
     args = p.parse_args()
     t0 = time.monotonic()
     result: dict[str, Any] = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "steps": args.steps[0]}
+    result["decode_attention"] = args.decode_attention
 
     def save() -> None:
         args.out.write_text(json.dumps(result, indent=2))
@@ -124,7 +126,7 @@ def main() -> int:
     )
     runner = JaxRunner(
         loaded, num_slots=args.slots, prefill_buckets=[128], kv_buckets=[args.kv],
-        batch_buckets=[1], decode_steps=args.steps[0],
+        batch_buckets=[1], decode_steps=args.steps[0], decode_attention=args.decode_attention,
     )
     result["load_s"] = time.monotonic() - t0
     t1 = time.monotonic()
@@ -136,6 +138,7 @@ def main() -> int:
         runner.steps = count
         more[count] = runner.compile_program("steps", rows, args.kv)
     result["compile_s"] = time.monotonic() - t1
+    result["decode_attention_resolved"] = runner.attention
     params, bias = loaded.params, runner.bias
     result["argument_arrays"] = len(jax.tree_util.tree_leaves((params, runner.cache)))
     result["rows"] = rows

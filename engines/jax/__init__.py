@@ -6,6 +6,7 @@ server reports healthy.
 Layout (each module says what it owns):
 - `config`: the engine's settings and command line.
 - `model`: Gemma 4's text decoder in jax.numpy/lax, its parameters and the slot KV cache.
+- `decode_attention`: a decode step's attention as one Pallas kernel a layer (GPU).
 - `runner`: loading, the bucket ladder and its compilation, the steps and token choice.
 - `scheduler`: continuous batching on a dedicated thread.
 - `server`: load, compile, serve (the HTTP layer is `engines.serving.server`).

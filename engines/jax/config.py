@@ -46,6 +46,7 @@ class JaxEngineConfig:
     kv_buckets: tuple[int, ...] = (1024, 2048, 4096)
     batch_buckets: tuple[int, ...] = (1, 8)
     decode_steps: int = 16
+    decode_attention: str = "auto"
     prefill_budget: int = 2048
     compile_threads: int = DEFAULT_COMPILE_THREADS
     log_level: str = "info"
@@ -103,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="greedy decode steps per device call while every running request is greedy "
         "(1: a call a step); tokens stream in groups of up to this many, and a new request "
         "waits for the call in flight before its prefill",
+    )
+    p.add_argument(
+        "--decode-attention",
+        default=d.decode_attention,
+        choices=("auto", "xla", "pallas"),
+        help="decode attention: one Pallas kernel a layer (auto on a GPU) or XLA's own "
+        "kernels (auto on a CPU)",
     )
     p.add_argument(
         "--prefill-budget",

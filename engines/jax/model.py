@@ -34,6 +34,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engines.jax import decode_attention as attention_kernel
+
 Params = dict[str, Any]
 Cache = list[tuple[jax.Array, jax.Array]]
 
@@ -477,11 +479,14 @@ def decode(
     slots: jax.Array,
     bias: jax.Array,
     kv_len: int,
+    attention: str = "xla",
 ) -> tuple[Cache, jax.Array]:
     """One token for each row: `tokens`, `positions`, `slots` [rows] (a padding row has
     position -1 and a slot past the last: it reads clamped garbage it cannot see and
-    writes nothing); full layers read the first `kv_len` positions. Returns the cache and
-    logits [rows, V]."""
+    writes nothing); full layers read the first `kv_len` positions. `attention`: "xla"
+    (XLA's own kernels), "pallas" (`decode_attention`'s kernel, for layers it supports)
+    or "pallas-interpret" (the same kernel in Pallas's interpreter, for a CPU). Returns
+    the cache and logits [rows, V]."""
     active = positions >= 0
     x, per_layer = _embed(params, spec, tokens)
     cache = list(cache)
@@ -490,6 +495,7 @@ def decode(
     for i, lay in enumerate(spec.layers):
         h = _rms(x, params[f"layers.{i}.in_norm"], spec.eps)
         q, k, v = _qkv(params, spec, i, h, positions)
+        length = w if lay.sliding else kv_len
         if k is not None and v is not None:
             ck, cv = cache[lay.cache_index]
             if lay.sliding:
@@ -499,15 +505,20 @@ def decode(
             ck = ck.at[slots, idx].set(k, mode="drop")
             cv = cv.at[slots, idx].set(v, mode="drop")
             cache[lay.cache_index] = (ck, cv)
-            if lay.sliding:
-                keys, values = ck[slots], cv[slots]
-                mask = ring_positions(positions, w) >= 0
-            else:
-                keys, values = ck[slots, :kv_len], cv[slots, :kv_len]
-                mask = jnp.arange(kv_len)[None, :] <= positions[:, None]
-            shared[lay.sliding] = (keys, values, mask)
-        keys, values, mask = shared[lay.sliding]
-        attn = _attend(q[:, None], keys, values, mask[:, None])[:, 0]
+            # Entries [0, visible) of the ring or the full cache are the row's to see.
+            visible = jnp.where(active, jnp.minimum(positions + 1, length), 0)
+            shared[lay.sliding] = (ck, cv, visible)
+        ck, cv, visible = shared[lay.sliding]
+        group = spec.heads // lay.kv_heads
+        if attention != "xla" and attention_kernel.supported(length, lay.head_dim, group):
+            attn = attention_kernel.decode_attention(
+                q, ck, cv, slots, visible, length=length,
+                interpret=attention == "pallas-interpret",
+            )  # fmt: skip
+        else:
+            keys, values = ck[slots, :length], cv[slots, :length]
+            mask = jnp.arange(length)[None, :] < visible[:, None]
+            attn = _attend(q[:, None], keys, values, mask[:, None])[:, 0]
         x = _layer_tail(params, spec, i, x, attn, per_layer)
     return cache, _logits(params, spec, x, bias)
 

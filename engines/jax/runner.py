@@ -84,6 +84,21 @@ def resolve_dtype(spec: str, device: jax.Device) -> Any:
     return DTYPES[spec]
 
 
+ATTENTION_CHOICES = ("auto", "xla", "pallas")
+
+
+def resolve_attention(spec: str, device: jax.Device) -> str:
+    """`--decode-attention` as `model.decode` takes it: `auto` is the Pallas kernel on a
+    GPU and XLA's kernels on a CPU; `pallas` on a CPU runs the kernel in the interpreter."""
+    if spec not in ATTENTION_CHOICES:
+        raise ValueError(f"--decode-attention: {spec!r}; use one of {', '.join(ATTENTION_CHOICES)}")
+    if spec == "auto":
+        spec = "pallas" if device.platform == "gpu" else "xla"
+    if spec == "pallas" and device.platform != "gpu":
+        return "pallas-interpret"
+    return spec
+
+
 def ladder(max_len: int, smallest: int) -> list[int]:
     """Powers of two from `smallest` up to and including `max_len`."""
     out, size = [], smallest
@@ -207,6 +222,7 @@ def greedy_steps(
     spec: gemma.GemmaSpec,
     kv_len: int,
     steps: int,
+    attention: str = "xla",
 ) -> tuple[Any, jax.Array]:
     """`steps` greedy decode steps, each fed the tokens of the one before: tokens
     [steps, rows]. Row r bans `always[r]` at every step and `until[r]` at its first
@@ -217,7 +233,7 @@ def greedy_steps(
     def body(j: jax.Array, carry: tuple[Any, jax.Array, jax.Array]) -> Any:
         cache, fed, out = carry
         at = jnp.where(active, positions + j, -1)
-        cache, logits = gemma.decode(p, spec, cache, fed, at, slots, bias, kv_len)
+        cache, logits = gemma.decode(p, spec, cache, fed, at, slots, bias, kv_len, attention)
         gated = jnp.where((j < min_left)[:, None], until, spec.vocab_size)
         chosen = _choose_greedy(logits, jnp.concatenate([always, gated], axis=1))
         chosen = chosen.astype(jnp.int32)
@@ -266,8 +282,10 @@ class JaxRunner:
         kv_buckets: Sequence[int],
         batch_buckets: Sequence[int] = (1, 8),
         decode_steps: int = 1,
+        decode_attention: str = "auto",
     ) -> None:
         self.loaded = loaded
+        self.attention = resolve_attention(decode_attention, loaded.device)
         self.spec = loaded.spec
         self.num_slots = num_slots
         self.max_len = loaded.max_model_len
@@ -315,7 +333,9 @@ class JaxRunner:
             def step(
                 p: Any, cache: Any, tokens: Any, positions: Any, slots: Any, bias: Any, banned: Any
             ) -> Any:
-                cache, logits = gemma.decode(p, spec, cache, tokens, positions, slots, bias, k)
+                cache, logits = gemma.decode(
+                    p, spec, cache, tokens, positions, slots, bias, k, self.attention
+                )
                 return cache, logits, _choose_greedy(logits, banned)
 
             rows = jnp.zeros(t, i32)
@@ -325,7 +345,9 @@ class JaxRunner:
         if kind == "steps":
             rows = jnp.zeros(t, i32)
             banned = jnp.zeros((t, BANNED_PER_ROW), i32)
-            run = functools.partial(greedy_steps, spec=spec, kv_len=k, steps=self.steps)
+            run = functools.partial(
+                greedy_steps, spec=spec, kv_len=k, steps=self.steps, attention=self.attention
+            )
             lowered = jax.jit(run, donate_argnums=(1,)).lower(
                 params, self.cache, rows, rows, rows, self.bias, banned, banned, rows
             )

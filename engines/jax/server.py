@@ -38,17 +38,19 @@ def create_state(config: JaxEngineConfig) -> ServingState:
         kv_buckets=config.kv_buckets,
         batch_buckets=config.batch_buckets,
         decode_steps=config.decode_steps,
+        decode_attention=config.decode_attention,
     )
     metrics = EngineMetrics(loaded.name, prefix="jax_engine")
     metrics.set_kv_cache_bytes(cache_nbytes(runner.cache))
     total = len(runner.programs())
     log.info(
         "compiling %d programs: prefill buckets %s and decode batch buckets %s (%d "
-        "greedy steps a call), each with KV buckets %s",
+        "greedy steps a call, %s decode attention), each with KV buckets %s",
         total,
         runner.prefill_buckets,
         runner.batch_buckets,
         runner.steps,
+        runner.attention,
         runner.kv_buckets,
     )
 
