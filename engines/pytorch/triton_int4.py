@@ -31,7 +31,7 @@ from engines.pytorch.triton_kernels import (
     _gelu_tanh,
     _input,
     _mean_square_rstd,
-    _residual,
+    _prologue,
     _round,
 )
 
@@ -201,24 +201,10 @@ def gemv_int4(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-    rstd = 1.0
-    branch_rstd = 1.0
-    scalar = 1.0
-    if SCALE:
-        scalar = tl.load(s_ptr).to(tl.float32)
-    if PROLOGUE == 1:
-        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
-    if PROLOGUE == 3 or PROLOGUE == 4:
-        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
-        row_squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            res_cols = k0 + tl.arange(0, BLOCK_K)
-            res_ok = res_cols < K
-            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, res_cols, res_ok, branch_rstd, SCALE)
-            row_squares += xn * xn
-            if (pid == 0) & (split == 0):
-                tl.store(xo_ptr + res_cols, xn.to(xo_ptr.dtype.element_ty), mask=res_ok)
-        rstd = 1.0 / tl.sqrt(tl.sum(row_squares, axis=0) / K + eps)
+    rstd, branch_rstd, scalar = _prologue(
+        x_ptr, b_ptr, rw_ptr, s_ptr, xo_ptr, K, eps, (pid == 0) & (split == 0), PROLOGUE, SCALE,
+        BLOCK_K,
+    )  # fmt: skip
     acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
