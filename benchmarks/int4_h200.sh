@@ -10,12 +10,15 @@
 #           bf16 and for --quantize w4a16;
 #   server-int4: the int4 sweep alone (about 3 minutes: the bf16 one is in
 #           benchmarks/records/2026-12-02-h200-int4-server.json);
+#   sweep:  the engine's CUDA tests, then `benchmarks.int4_gemv_sweep` (every block shape
+#           of a wide grid on each projection shape, 1 and 8 rows) within SWEEP_S seconds
+#           (default 200), then the projections benchmark at one row if BUDGET_S allows;
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) if
 #           time is left; the autotuner's choices carry over through Triton's disk cache.
 # Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh).
 #
-#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|all
+#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|sweep|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -30,6 +33,20 @@ STEP_FLAGS="--model random:gemma-4-e2b --decode-attention batched --cuda-graphs 
   --fused-norms on --decode-program on --triton-gemv on --attention-form kernel"
 left() { echo $(( ${BUDGET_S:-540} - SECONDS )); }
 case "${1:-steps}" in
+sweep)
+  timeout 100 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_kernels.py \
+    tests/engines/pytorch/test_attention_kernel.py tests/engines/pytorch/test_dependent_launch.py \
+    > "$OUT/cuda-tests.log" 2>&1
+  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  timeout $(( ${SWEEP_S:-200} + 30 )) python3 -m benchmarks.int4_gemv_sweep --rows 1,8 \
+    --budget-s "${SWEEP_S:-200}" --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
+  echo "sweep exit: $? at ${SECONDS}s"; grep "^rows\|^\[" "$OUT/sweep.log"
+  if [ "$(left)" -gt 60 ]; then
+    timeout $(( $(left) - 10 )) python3 -m benchmarks.int4_h200 --batches 1 \
+      --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
+    echo "layers exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -8
+  fi
+  ;;
 all)
   timeout 150 python3 -m benchmarks.int4_h200 --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
   echo "layers exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -14

@@ -60,7 +60,11 @@ def _prune_splits(configs: list, named_args: dict, **kwargs: object) -> list:
 
 
 GEMV_INT4_CONFIGS = [
-    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s)
+    triton.Config(
+        {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "GROUP_SCALES": False},
+        num_warps=w,
+        num_stages=s,
+    )
     for bn, bk, sk, w, s in (
         (4, 512, 1, 4, 3),
         (8, 256, 1, 4, 3),
@@ -118,16 +122,18 @@ def _word_dot(packed, x0, x1, x2, x3, x4, x5, x6, x7):
 @triton.jit
 def _int4_weights(
     wq_ptr, s_ptr, rows, row_ok, w0, N, K, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
-    EPILOGUE: tl.constexpr,
+    EPILOGUE: tl.constexpr, SW: tl.constexpr,
 ):  # fmt: skip
-    # One chunk of the program's int4 rows as (rows, words) int32 and their scales per
-    # word (and the matching up rows of a gate/up pair).
+    # One chunk of the program's int4 rows as (rows, words) int32 and their scales, one
+    # per SW words (and the matching up rows of a gate/up pair).
     words = w0 + tl.arange(0, BLOCK_K // 8)
     mask = row_ok[:, None] & (words < K // 8)[None, :]
     offsets = rows[:, None] * (K // 8) + words[None, :]
-    s_offsets = rows[:, None] * (K // GROUP) + (words * 8 // GROUP)[None, :]
+    scale_words = w0 + tl.arange(0, BLOCK_K // 8 // SW) * SW
+    s_mask = row_ok[:, None] & (scale_words < K // 8)[None, :]
+    s_offsets = rows[:, None] * (K // GROUP) + (scale_words * 8 // GROUP)[None, :]
     packed = tl.load(wq_ptr + offsets, mask=mask, other=0, eviction_policy="evict_first")
-    scale = tl.load(s_ptr + s_offsets, mask=mask, other=0.0).to(tl.float32)
+    scale = tl.load(s_ptr + s_offsets, mask=s_mask, other=0.0).to(tl.float32)
     packed_up = packed
     scale_up = scale
     if EPILOGUE == 1:
@@ -135,9 +141,17 @@ def _int4_weights(
         packed_up = tl.load(
             wq_ptr + up + offsets, mask=mask, other=0, eviction_policy="evict_first"
         )
-        scale_up = tl.load(s_ptr + N * (K // GROUP) + s_offsets, mask=mask, other=0.0)
+        scale_up = tl.load(s_ptr + N * (K // GROUP) + s_offsets, mask=s_mask, other=0.0)
         scale_up = scale_up.to(tl.float32)
     return packed, scale, packed_up, scale_up
+
+
+@triton.jit
+def _per_scale(part, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, SW: tl.constexpr):
+    # (rows, words) -> (rows, words / SW): the sums of the words that share a scale.
+    if SW == 1:
+        return part
+    return tl.sum(tl.reshape(part, (BLOCK_N, WORDS // SW, SW)), axis=2)
 
 
 @triton.jit
@@ -186,9 +200,13 @@ def gemv_int4(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    GROUP_SCALES: tl.constexpr,
 ):
     # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
     WORDS: tl.constexpr = BLOCK_K // 8
+    # GROUP_SCALES: one scale load and multiply per group of words (group <= chunk)
+    # instead of one per word; SW words share a scale.
+    SW: tl.constexpr = GROUP // 8 if GROUP_SCALES and GROUP <= BLOCK_K else 1
     pid = tl.program_id(0)
     split = tl.program_id(1)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -196,7 +214,7 @@ def gemv_int4(
     k_first = split * BLOCK_K
     # The first chunk of weights depends on no earlier kernel (see `triton_kernels.gemv`).
     packed, scale, packed_up, scale_up = _int4_weights(
-        wq_ptr, ws_ptr, rows, row_ok, k_first // 8, N, K, BLOCK_K, GROUP, EPILOGUE
+        wq_ptr, ws_ptr, rows, row_ok, k_first // 8, N, K, BLOCK_K, GROUP, EPILOGUE, SW
     )
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -205,13 +223,13 @@ def gemv_int4(
         x_ptr, b_ptr, rw_ptr, s_ptr, xo_ptr, K, eps, (pid == 0) & (split == 0), PROLOGUE, SCALE,
         BLOCK_K,
     )  # fmt: skip
-    acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, WORDS // SW), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_N, WORDS // SW), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for k0 in range(k_first, K, BLOCK_K * SPLIT_K):
         if k0 > k_first:
             packed, scale, packed_up, scale_up = _int4_weights(
-                wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, EPILOGUE
+                wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, EPILOGUE, SW
             )
         cols = k0 + tl.arange(0, BLOCK_K)
         x, squares = _input(
@@ -222,10 +240,10 @@ def gemv_int4(
         offset = 1.5 * tl.sum(tl.reshape(x, (WORDS, 8)), axis=1)
         x0, x1, x2, x3, x4, x5, x6, x7 = _eighths(x, WORDS)
         part = _word_dot(packed, x0, x1, x2, x3, x4, x5, x6, x7)
-        acc += (part - offset[None, :]) * scale
+        acc += _per_scale(part - offset[None, :], BLOCK_N, WORDS, SW) * scale
         if EPILOGUE == 1:
             part_up = _word_dot(packed_up, x0, x1, x2, x3, x4, x5, x6, x7)
-            acc_up += (part_up - offset[None, :]) * scale_up
+            acc_up += _per_scale(part_up - offset[None, :], BLOCK_N, WORDS, SW) * scale_up
     y = 16.0 * tl.sum(acc, axis=1)
     up = 16.0 * tl.sum(acc_up, axis=1)
     if SPLIT_K == 1:

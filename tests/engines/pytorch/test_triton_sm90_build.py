@@ -87,10 +87,11 @@ def _int4_signature(names: tuple[str, ...], ints: tuple[str, ...]) -> dict[str, 
     return signature | dict.fromkeys(ints, "i32")
 
 
-@pytest.mark.parametrize("split", [1, 4])
+# Split-K, and one scale per group of words rather than per word (`GROUP_SCALES`).
+@pytest.mark.parametrize(("split", "group_scales"), [(1, False), (1, True), (4, True)])
 @pytest.mark.parametrize(("prologue", "epilogue", "scale"), LAUNCHED)
 def test_gemv_int4_variant_builds_for_sm90(
-    prologue: int, epilogue: int, scale: bool, split: int
+    prologue: int, epilogue: int, scale: bool, split: int, group_scales: bool
 ) -> None:
     from engines.pytorch import triton_int4
 
@@ -105,6 +106,7 @@ def test_gemv_int4_variant_builds_for_sm90(
         "BLOCK_N": 16,
         "BLOCK_K": 256,
         "SPLIT_K": split,
+        "GROUP_SCALES": group_scales,
     }
     signature = {name: signature[name] for name in triton_int4.gemv_int4.fn.arg_names[:15]}
     signature |= dict.fromkeys(constants, "constexpr")
