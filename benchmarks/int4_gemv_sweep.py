@@ -4,11 +4,12 @@ autotuner tries (`triton_int4.GEMV_INT4_CONFIGS`, `MATMUL_INT4_CONFIGS`) is laun
 directly, checked against dequantize-then-matmul and timed, beside bf16 cuBLAS and
 torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 
-- one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps, one scale per word
-  or per group (`GROUP_SCALES`); then split-K 2-16 on the best tiles, then 1-4 stages on
-  the best configurations. The gate/up shapes run as the decode program runs them (norm
-  scaled after the product, GELU pair), the rest as plain products, with dependent
-  launch where the GPU has it;
+- one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then one scale
+  per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
+  the best configurations (split-K 2-16 was tried too, at commit aa41ba2, and never won
+  at one row: the kernel no longer has it). The gate/up shapes run as the decode
+  program runs them (norm scaled after the product, GELU pair), the rest as plain
+  products, with dependent launch where the GPU has it;
 - 8 rows, `matmul_int4`: BLOCK_N 32-256, BLOCK_K 64-512, 4/8 warps; then split-K, then
   stages, the same way.
 
@@ -48,7 +49,7 @@ from engines.pytorch import dependent_launch, int4, kernels, triton_int4
 
 STREAM_BYTES = 64 << 20
 MAX_COPIES = 160
-MAX_SPLIT = 16
+MAX_SPLIT = 8
 # The decode program's form of each shape at one row (prologue, epilogue): the merged
 # gate/up projections end in their GELU pair; the rest are timed as plain products.
 PAIRED = {"gate_up", "gate_up double"}
@@ -83,7 +84,7 @@ def gemv_tiles() -> list[triton.Config]:
     for bn, bk, w in itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048), (2, 4, 8)):
         words_a_thread = bn * bk / 8 / (32 * w)
         if 1 <= words_a_thread <= 16:
-            meta = {"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1, "GROUP_SCALES": False}
+            meta = {"BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SCALES": False}
             out.append(_cfg(meta, w, 2))
     return out
 
@@ -128,7 +129,7 @@ class Shape:
         self.x = torch.randn(rows, k, device=dev, dtype=dtype)
         self.nw = torch.randn(k, device=dev, dtype=dtype)
         self.y = torch.empty(rows, self.n_out, device=dev, dtype=dtype)
-        self.part = torch.zeros(MAX_SPLIT * max(rows, 2) * n, device=dev, dtype=torch.float32)
+        self.part = torch.zeros(MAX_SPLIT * rows * n, device=dev, dtype=torch.float32)
         self.counts = torch.zeros(1 << 18, device=dev, dtype=torch.int32)
         self.pdl = dependent_launch.enabled(dev)
         wf = kernels.dense((packed, scale), torch.float32)
@@ -141,7 +142,7 @@ class Shape:
 
     def gemv_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
         x = self.x
-        return (x, x, self.nw, x, x, x, x, *w, self.y, self.part, self.counts)
+        return (x, x, self.nw, x, x, x, x, *w, self.y)
 
     def gemv_kwargs(self, config: triton.Config) -> dict[str, Any]:
         return {
@@ -160,7 +161,7 @@ class Shape:
         meta = config.kwargs
         grid: tuple[int, ...]
         if self.rows == 1:
-            grid = (-(-self.n_out // meta["BLOCK_N"]), meta["SPLIT_K"])
+            grid = (-(-self.n_out // meta["BLOCK_N"]),)
             triton_int4.gemv_int4.fn[grid](
                 *self.gemv_args(w), self.n_out, self.k, 1e-6, **self.gemv_kwargs(config)
             )
@@ -192,7 +193,7 @@ class Shape:
         # A split only where the row blocks alone leave SMs idle (`triton_int4`), each
         # split with a chunk at least.
         meta = config.kwargs
-        split = meta["SPLIT_K"]
+        split = meta.get("SPLIT_K", 1)
         programs = -(-self.n_out // meta["BLOCK_N"]) * -(-self.rows // meta.get("BLOCK_M", 1))
         if split > 1 and programs >= triton_int4.SPLIT_BELOW_PROGRAMS:
             return False
@@ -255,8 +256,7 @@ def _compile(shapes: list[Shape], configs: Iterable[tuple[Shape, triton.Config]]
 def _list_configs(shape: Shape) -> list[triton.Config]:
     """The configurations the autotuner tries for this shape today."""
     if shape.rows == 1:
-        named = {"N": shape.n_out, "K": shape.k}
-        return triton_int4._prune_splits(triton_int4.GEMV_INT4_CONFIGS, named)
+        return triton_int4.GEMV_INT4_CONFIGS
     named = {"N": shape.n, "K": shape.k, "M": shape.rows, "M_BUCKET": 16}
     return triton_int4._prune_splits(triton_int4.MATMUL_INT4_CONFIGS, named)
 
@@ -295,10 +295,11 @@ def sweep(
         top = 1 if few else 6
         plan = [(s, _with(c, GROUP_SCALES=True)) for s in shapes for c in best(s, top)]
         run(plan, "group scales")
-    splits = (2, 4, 8, 16) if shapes[0].rows == 1 else (2, 4, 8)
-    top = 1 if few else 4
-    plan = [(s, _with(c, SPLIT_K=k)) for s in shapes for c in best(s, top) for k in splits]
-    run(plan, "splits")
+    else:
+        top = 1 if few else 4
+        splits = (2, 4, 8)
+        plan = [(s, _with(c, SPLIT_K=k)) for s in shapes for c in best(s, top) for k in splits]
+        run(plan, "splits")
     top = 1 if few else 3
     plan = [(s, _with(c, num_stages=n)) for s in shapes for c in best(s, top) for n in (1, 3, 4)]
     run(plan, "stages")
