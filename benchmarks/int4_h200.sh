@@ -18,7 +18,8 @@
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
 #           no projections benchmark); the autotuner's choices carry over through
 #           Triton's disk cache.
-# Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh).
+# Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh);
+# the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|sweep|all
 set -uo pipefail
