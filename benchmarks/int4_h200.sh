@@ -10,12 +10,18 @@
 #           bf16 and for --quantize w4a16;
 #   server-int4: the int4 sweep alone (about 3 minutes: the bf16 one is in
 #           benchmarks/records/2026-12-02-h200-int4-server.json);
+#   sweep:  the engine's CUDA tests, then `benchmarks.int4_gemv_sweep` (every block shape
+#           of a wide grid on each projection shape, 1 and 8 rows) within SWEEP_S seconds
+#           (default 200), then the projections benchmark at one row if BUDGET_S allows;
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
-#           is left, the server last, then a second int4 greedy run (tokens repeat?) if
-#           time is left; the autotuner's choices carry over through Triton's disk cache.
-# Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh).
+#           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
+#           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
+#           no projections benchmark); the autotuner's choices carry over through
+#           Triton's disk cache.
+# Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh);
+# the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
-#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|all
+#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|sweep|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -30,9 +36,25 @@ STEP_FLAGS="--model random:gemma-4-e2b --decode-attention batched --cuda-graphs 
   --fused-norms on --decode-program on --triton-gemv on --attention-form kernel"
 left() { echo $(( ${BUDGET_S:-540} - SECONDS )); }
 case "${1:-steps}" in
+sweep)
+  timeout 100 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_kernels.py \
+    tests/engines/pytorch/test_attention_kernel.py tests/engines/pytorch/test_dependent_launch.py \
+    > "$OUT/cuda-tests.log" 2>&1
+  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  timeout $(( ${SWEEP_S:-200} + 30 )) python3 -m benchmarks.int4_gemv_sweep --rows 1,8 \
+    --budget-s "${SWEEP_S:-200}" --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
+  echo "sweep exit: $? at ${SECONDS}s"; grep "^rows\|^\[" "$OUT/sweep.log"
+  if [ "$(left)" -gt 60 ]; then
+    timeout $(( $(left) - 10 )) python3 -m benchmarks.int4_h200 --batches 1 \
+      --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
+    echo "layers exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -8
+  fi
+  ;;
 all)
-  timeout 150 python3 -m benchmarks.int4_h200 --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
-  echo "layers exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -14
+  if [ -z "${SKIP_LAYERS:-}" ]; then
+    timeout 150 python3 -m benchmarks.int4_h200 --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
+    echo "layers exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -14
+  fi
   for q in none w4a16; do
     # shellcheck disable=SC2086
     timeout 100 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1,8,64 \
@@ -71,6 +93,12 @@ PY
     echo "second int4 greedy run exit: $? at ${SECONDS}s"
     python3 -c "import json,sys; a,b=(json.load(open(f'$OUT/{n}.json'))['greedy_tokens_batch1'] \
       for n in ('step-w4a16','step-w4a16-again')); print('int4 greedy tokens repeat:', a==b)"
+  fi
+  if [ -n "${CUDA_TESTS:-}" ] && [ "$(left)" -gt 45 ]; then
+    timeout $(( $(left) - 5 )) python3 -m pytest -q -p no:cacheprovider \
+      tests/engines/pytorch/test_kernels.py tests/engines/pytorch/test_attention_kernel.py \
+      tests/engines/pytorch/test_dependent_launch.py > "$OUT/cuda-tests.log" 2>&1
+    echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
   fi
   # What comes back from the device is a few files: everything in one archive.
   (cd "$OUT" && tar czf ../int4-all.tgz . && rm -rf ./* && mv ../int4-all.tgz .)

@@ -40,8 +40,8 @@ timings are kept in Triton's disk cache, so later processes there reuse the choi
 
 Int4 weights (`int4`: the pair (packed, scale)) take the same entry points: at batch 1
 `gemv_int4`, the same prologues and epilogues over int4 rows; for 2 to 64 rows
-`matmul_int4`, the int4 tile dequantized in registers for the tensor cores (both in
-`triton_int4`, with a deterministic split-K for narrow outputs); more rows (prefill) and
+`matmul_int4`, the int4 tile dequantized in registers for the tensor cores, with a
+deterministic split-K for narrow outputs (both in `triton_int4`); more rows (prefill) and
 the CPU dequantize and run the dense product. Measured against bf16 and torch's own int4
 kernel in `benchmarks/records/2026-12-0*-h200-int4*.md`.
 
@@ -82,8 +82,8 @@ def _kernel(name: str = "gemv") -> Any:
     return getattr(triton_kernels, name)
 
 
-# Tiles a split-K int4 launch may count (`triton_int4`): the LM head's row blocks at the
-# narrowest block shape are fewer.
+# Tiles a split-K int4 launch may count (`triton_int4.matmul_int4`): the LM head's
+# output tiles at the narrowest block shape are fewer.
 _SPLIT_COUNTERS = 1 << 18
 
 
@@ -200,17 +200,11 @@ def _launch(
     x = x.contiguous()
     if isinstance(weight, tuple):
         kernel = _kernel("gemv_int4")
-        # Gate and up partial sums of each split (`triton_int4`), and the tiles' counters.
-        weights: tuple[torch.Tensor, ...] = (
-            *weight,
-            y,
-            _split_partials(2, n, x.device),
-            _split_counters(x.device),
-        )
+        weights: tuple[torch.Tensor, ...] = (*weight, y)
         extra: dict[str, int] = {"GROUP": k // weight[1].shape[1]}
     else:
         kernel, weights, extra = _kernel(), (weight, y), {}
-    kernel[lambda meta: (-(-n // meta["BLOCK_N"]), meta.get("SPLIT_K", 1))](
+    kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](
         x,
         x if other is None else other.contiguous(),
         x if norm_weight is None else norm_weight,

@@ -14,13 +14,19 @@ words, coalesced along each row. Two choices make the unpacking cheap:
   interleaves the eight dequantized nibble tiles back into input order (in registers)
   for `tl.dot`.
 
-Split-K: a narrow output over a long input (down: 1,536 outputs of 12,288 inputs) gives
-too few row blocks to fill the SMs, so such shapes may also split the input among
-SPLIT_K programs (the autotuner picks; `_prune_splits` offers splits only where the row
-blocks alone leave SMs idle). Each writes its float32 partial sums; the last of a tile's
-programs to finish (a counter, atomically) adds them in split order, applies the
-epilogue and resets the counter for the next launch: one launch, and the same sums in
-the same order on every run, so greedy text repeats.
+Split-K (`matmul_int4`): a narrow output over a long input (down: 1,536 outputs of
+12,288 inputs) gives too few output tiles to fill the SMs, so such shapes may also split
+the input among SPLIT_K programs (the autotuner picks; `_prune_splits` offers splits only
+where the tiles alone leave SMs idle). Each writes its float32 partial sums; the last of
+a tile's programs to finish (a counter, atomically) adds them in split order and resets
+the counter for the next launch: one launch, and the same sums in the same order on
+every run, so greedy text repeats. At one row no split won on any E2B shape in
+`benchmarks/int4_gemv_sweep.py` (narrow rows of whole 2,048-input chunks fill the SMs
+instead), so `gemv_int4` has none.
+
+The configuration lists are that sweep's suggestions (records:
+`benchmarks/records/2026-12-02-h200-int4-sweep.md`): short, since the autotuner times
+every entry at each new shape while the server captures its graphs.
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
@@ -30,12 +36,11 @@ import triton.language as tl
 from engines.pytorch.triton_kernels import (
     _gelu_tanh,
     _input,
-    _mean_square_rstd,
-    _residual,
+    _prologue,
     _round,
 )
 
-# Splits are worth offering while the row blocks alone would leave SMs idle (an H200
+# Splits are worth offering while the output tiles alone would leave SMs idle (an H200
 # has 132; two programs an SM hide more latency).
 SPLIT_BELOW_PROGRAMS = 264
 # The partial-sum workspace is sized for the largest split of any configuration.
@@ -60,19 +65,16 @@ def _prune_splits(configs: list, named_args: dict, **kwargs: object) -> list:
 
 
 GEMV_INT4_CONFIGS = [
-    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s)
-    for bn, bk, sk, w, s in (
-        (4, 512, 1, 4, 3),
-        (8, 256, 1, 4, 3),
-        (8, 512, 1, 4, 3),
-        (16, 256, 1, 4, 3),
-        (16, 512, 1, 8, 3),
-        (32, 256, 1, 8, 3),
-        (4, 1024, 1, 4, 2),
-        (8, 256, 2, 4, 3),
-        (16, 256, 4, 4, 3),
-        (16, 512, 4, 8, 3),
-        (32, 256, 8, 8, 3),
+    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SCALES": gs}, num_warps=w, num_stages=s)
+    for bn, bk, gs, w, s in (
+        (4, 256, False, 2, 2),
+        (1, 1024, False, 4, 2),
+        (16, 512, True, 4, 2),
+        (4, 2048, True, 8, 4),
+        (16, 512, False, 8, 4),
+        (16, 256, True, 2, 4),
+        (1, 512, False, 2, 2),
+        (4, 2048, True, 4, 4),
     )
 ]
 
@@ -118,16 +120,18 @@ def _word_dot(packed, x0, x1, x2, x3, x4, x5, x6, x7):
 @triton.jit
 def _int4_weights(
     wq_ptr, s_ptr, rows, row_ok, w0, N, K, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
-    EPILOGUE: tl.constexpr,
+    EPILOGUE: tl.constexpr, SW: tl.constexpr,
 ):  # fmt: skip
-    # One chunk of the program's int4 rows as (rows, words) int32 and their scales per
-    # word (and the matching up rows of a gate/up pair).
+    # One chunk of the program's int4 rows as (rows, words) int32 and their scales, one
+    # per SW words (and the matching up rows of a gate/up pair).
     words = w0 + tl.arange(0, BLOCK_K // 8)
     mask = row_ok[:, None] & (words < K // 8)[None, :]
     offsets = rows[:, None] * (K // 8) + words[None, :]
-    s_offsets = rows[:, None] * (K // GROUP) + (words * 8 // GROUP)[None, :]
+    scale_words = w0 + tl.arange(0, BLOCK_K // 8 // SW) * SW
+    s_mask = row_ok[:, None] & (scale_words < K // 8)[None, :]
+    s_offsets = rows[:, None] * (K // GROUP) + (scale_words * 8 // GROUP)[None, :]
     packed = tl.load(wq_ptr + offsets, mask=mask, other=0, eviction_policy="evict_first")
-    scale = tl.load(s_ptr + s_offsets, mask=mask, other=0.0).to(tl.float32)
+    scale = tl.load(s_ptr + s_offsets, mask=s_mask, other=0.0).to(tl.float32)
     packed_up = packed
     scale_up = scale
     if EPILOGUE == 1:
@@ -135,9 +139,17 @@ def _int4_weights(
         packed_up = tl.load(
             wq_ptr + up + offsets, mask=mask, other=0, eviction_policy="evict_first"
         )
-        scale_up = tl.load(s_ptr + N * (K // GROUP) + s_offsets, mask=mask, other=0.0)
+        scale_up = tl.load(s_ptr + N * (K // GROUP) + s_offsets, mask=s_mask, other=0.0)
         scale_up = scale_up.to(tl.float32)
     return packed, scale, packed_up, scale_up
+
+
+@triton.jit
+def _per_scale(part, BLOCK_N: tl.constexpr, WORDS: tl.constexpr, SW: tl.constexpr):
+    # (rows, words) -> (rows, words / SW): the sums of the words that share a scale.
+    if SW == 1:
+        return part
+    return tl.sum(tl.reshape(part, (BLOCK_N, WORDS // SW, SW)), axis=2)
 
 
 @triton.jit
@@ -158,7 +170,6 @@ def _finish(
 @triton.autotune(
     configs=GEMV_INT4_CONFIGS,
     key=["N", "K", "PROLOGUE", "SCALE", "EPILOGUE", "GROUP"],
-    prune_configs_by={"early_config_prune": _prune_splits},
     cache_results=True,
 )
 @triton.jit
@@ -173,8 +184,6 @@ def gemv_int4(
     wq_ptr,
     ws_ptr,
     y_ptr,
-    part_ptr,
-    count_ptr,
     N,
     K,
     eps,
@@ -185,47 +194,33 @@ def gemv_int4(
     GROUP: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    SPLIT_K: tl.constexpr,
+    GROUP_SCALES: tl.constexpr,
 ):
     # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
     WORDS: tl.constexpr = BLOCK_K // 8
+    # GROUP_SCALES: one scale load and multiply per group of words (group <= chunk)
+    # instead of one per word; SW words share a scale.
+    SW: tl.constexpr = GROUP // 8 if GROUP_SCALES and GROUP <= BLOCK_K else 1
     pid = tl.program_id(0)
-    split = tl.program_id(1)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
-    k_first = split * BLOCK_K
     # The first chunk of weights depends on no earlier kernel (see `triton_kernels.gemv`).
     packed, scale, packed_up, scale_up = _int4_weights(
-        wq_ptr, ws_ptr, rows, row_ok, k_first // 8, N, K, BLOCK_K, GROUP, EPILOGUE
+        wq_ptr, ws_ptr, rows, row_ok, 0, N, K, BLOCK_K, GROUP, EPILOGUE, SW
     )
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-    rstd = 1.0
-    branch_rstd = 1.0
-    scalar = 1.0
-    if SCALE:
-        scalar = tl.load(s_ptr).to(tl.float32)
-    if PROLOGUE == 1:
-        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
-    if PROLOGUE == 3 or PROLOGUE == 4:
-        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
-        row_squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            res_cols = k0 + tl.arange(0, BLOCK_K)
-            res_ok = res_cols < K
-            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, res_cols, res_ok, branch_rstd, SCALE)
-            row_squares += xn * xn
-            if (pid == 0) & (split == 0):
-                tl.store(xo_ptr + res_cols, xn.to(xo_ptr.dtype.element_ty), mask=res_ok)
-        rstd = 1.0 / tl.sqrt(tl.sum(row_squares, axis=0) / K + eps)
-    acc = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_N, WORDS), dtype=tl.float32)
+    rstd, branch_rstd, scalar = _prologue(
+        x_ptr, b_ptr, rw_ptr, s_ptr, xo_ptr, K, eps, pid == 0, PROLOGUE, SCALE, BLOCK_K
+    )
+    acc = tl.zeros((BLOCK_N, WORDS // SW), dtype=tl.float32)
+    acc_up = tl.zeros((BLOCK_N, WORDS // SW), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    for k0 in range(k_first, K, BLOCK_K * SPLIT_K):
-        if k0 > k_first:
+    for k0 in range(0, K, BLOCK_K):
+        if k0 > 0:
             packed, scale, packed_up, scale_up = _int4_weights(
-                wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, EPILOGUE
+                wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, EPILOGUE, SW
             )
         cols = k0 + tl.arange(0, BLOCK_K)
         x, squares = _input(
@@ -236,35 +231,15 @@ def gemv_int4(
         offset = 1.5 * tl.sum(tl.reshape(x, (WORDS, 8)), axis=1)
         x0, x1, x2, x3, x4, x5, x6, x7 = _eighths(x, WORDS)
         part = _word_dot(packed, x0, x1, x2, x3, x4, x5, x6, x7)
-        acc += (part - offset[None, :]) * scale
+        acc += _per_scale(part - offset[None, :], BLOCK_N, WORDS, SW) * scale
         if EPILOGUE == 1:
             part_up = _word_dot(packed_up, x0, x1, x2, x3, x4, x5, x6, x7)
-            acc_up += (part_up - offset[None, :]) * scale_up
+            acc_up += _per_scale(part_up - offset[None, :], BLOCK_N, WORDS, SW) * scale_up
     y = 16.0 * tl.sum(acc, axis=1)
     up = 16.0 * tl.sum(acc_up, axis=1)
-    if SPLIT_K == 1:
-        if PROLOGUE == 5:
-            rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
-        _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
-    else:
-        tl.store(part_ptr + split * 2 * N + rows, y, mask=row_ok)
-        if EPILOGUE == 1:
-            tl.store(part_ptr + split * 2 * N + N + rows, up, mask=row_ok)
-        # All of the program's stores before its one thread's release (CUTLASS's
-        # semaphore); the last program in acquires every split's.
-        tl.debug_barrier()
-        if tl.atomic_add(count_ptr + pid, 1, sem="acq_rel") == SPLIT_K - 1:
-            y = tl.zeros((BLOCK_N,), dtype=tl.float32)
-            up = tl.zeros((BLOCK_N,), dtype=tl.float32)
-            for s in tl.static_range(SPLIT_K):
-                part_rows = part_ptr + s * 2 * N + rows
-                y += tl.load(part_rows, mask=row_ok, other=0.0, cache_modifier=".cg")
-                if EPILOGUE == 1:
-                    up += tl.load(part_rows + N, mask=row_ok, other=0.0, cache_modifier=".cg")
-            if PROLOGUE == 5:
-                rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
-            _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
-            tl.atomic_xchg(count_ptr + pid, 0)
+    if PROLOGUE == 5:
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+    _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
 
 
 MATMUL_INT4_CONFIGS = [
@@ -272,15 +247,15 @@ MATMUL_INT4_CONFIGS = [
         {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s
     )
     for bm, bn, bk, sk, w, s in (
+        (16, 32, 128, 1, 4, 3),
         (16, 64, 128, 1, 4, 3),
         (16, 64, 256, 1, 4, 3),
-        (16, 128, 128, 1, 4, 3),
-        (32, 64, 128, 1, 4, 3),
-        (64, 128, 128, 1, 8, 3),
+        (16, 64, 128, 2, 4, 3),
         (16, 64, 128, 4, 4, 3),
-        (16, 64, 256, 4, 4, 3),
         (16, 64, 128, 8, 4, 3),
+        (16, 32, 64, 8, 4, 3),
         (32, 64, 128, 4, 4, 3),
+        (64, 128, 128, 1, 8, 3),
         (64, 128, 128, 4, 8, 3),
     )
 ]

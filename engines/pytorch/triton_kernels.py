@@ -110,6 +110,36 @@ def _mean_square_rstd(x_ptr, K, eps, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def _prologue(
+    x_ptr, b_ptr, rw_ptr, s_ptr, xo_ptr, K, eps, writes_residual, PROLOGUE: tl.constexpr,
+    SCALE: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    # What a product's input needs before its first chunk, shared by `gemv` and
+    # `triton_int4.gemv_int4`: the row's reciprocal RMS (prologues 1, 3, 4), the branch's
+    # (3, 4) and the scalar. Every program rebuilds the new residual row from L2 (a few
+    # KB); the one told to (`writes_residual`) also writes it out for the rest of the layer.
+    rstd = 1.0
+    branch_rstd = 1.0
+    scalar = 1.0
+    if SCALE:
+        scalar = tl.load(s_ptr).to(tl.float32)
+    if PROLOGUE == 1:
+        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
+    if PROLOGUE == 3 or PROLOGUE == 4:
+        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
+        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            res_cols = k0 + tl.arange(0, BLOCK_K)
+            res_ok = res_cols < K
+            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, res_cols, res_ok, branch_rstd, SCALE)
+            squares += xn * xn
+            if writes_residual:
+                tl.store(xo_ptr + res_cols, xn.to(xo_ptr.dtype.element_ty), mask=res_ok)
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+    return rstd, branch_rstd, scalar
+
+
+@triton.jit
 def _weights(w_ptr, rows, row_ok, cols, col_ok, N, K, EPILOGUE: tl.constexpr):
     # One chunk of the program's weight rows (and of the matching up rows of a gate/up pair).
     mask = row_ok[:, None] & col_ok[None, :]
@@ -172,26 +202,9 @@ def gemv(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-    rstd = 1.0
-    branch_rstd = 1.0
-    scalar = 1.0
-    if SCALE:
-        scalar = tl.load(s_ptr).to(tl.float32)
-    if PROLOGUE == 1:
-        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
-    if PROLOGUE == 3 or PROLOGUE == 4:
-        # Every program rebuilds the new residual row from L2 (a few KB); the first
-        # also writes it out for the rest of the layer.
-        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
-        squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            res_cols = k0 + tl.arange(0, BLOCK_K)
-            res_ok = res_cols < K
-            xn = _residual(x_ptr, b_ptr, rw_ptr, scalar, res_cols, res_ok, branch_rstd, SCALE)
-            squares += xn * xn
-            if pid == 0:
-                tl.store(xo_ptr + res_cols, xn.to(xo_ptr.dtype.element_ty), mask=res_ok)
-        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+    rstd, branch_rstd, scalar = _prologue(
+        x_ptr, b_ptr, rw_ptr, s_ptr, xo_ptr, K, eps, pid == 0, PROLOGUE, SCALE, BLOCK_K
+    )
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
     x, squares = _input(
         x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, col_ok, rstd, branch_rstd, squares,

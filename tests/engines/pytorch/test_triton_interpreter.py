@@ -189,10 +189,11 @@ def _checks(part: str) -> dict[str, dict[str, Any]]:
 def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None:
     """The int4 kernels against dequantize-then-matmul: groups of 32 and 128 over 512
     inputs (every block shape's chunks cross or split groups; 96 rows: partial row
-    blocks), each configuration the autotuner may choose (three, one of them split-K,
-    through every prologue and epilogue of the dense kernel, the rest through the plain
-    product and the gate/up pair); and the few-rows kernel in float16 (the interpreter's
-    bfloat16 tl.dot is not faithful) at each of its configurations for 3 and 64 rows."""
+    blocks), each configuration the autotuner may choose (three, one of them with a scale
+    per group of words, through every prologue and epilogue of the dense kernel, the rest
+    through the plain product and the gate/up pair); and the few-rows kernel in float16
+    (the interpreter's bfloat16 tl.dot is not faithful) at each of its configurations for
+    3 and 64 rows."""
     import torch
 
     from engines.pytorch import int4, kernels, triton_int4
@@ -212,10 +213,12 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             return kernels._launch(x, w, eps=1e-6, prologue=prologue, epilogue=epilogue, **kw)
 
         tuner.configs, tuner.cache = [config], {}
-        tag = " [int4 g{} {BLOCK_N}x{BLOCK_K} split {SPLIT_K}]".format(group, **config.kwargs)
-        # Every form at two block shapes and through the split-K reduction (the
+        tag = " [int4 g{} {BLOCK_N}x{BLOCK_K} group scales {GROUP_SCALES}]".format(
+            group, **config.kwargs
+        )
+        # Every form at three block shapes, one of them with a scale per group (the
         # interpreter is slow).
-        if i < 2 or config.kwargs["SPLIT_K"] == 2:
+        if i < 3:
             _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
             continue
         # Elsewhere the plain product and the gate/up pair with the norm scaled after it.
@@ -278,11 +281,11 @@ def test_splits_are_offered_only_where_row_blocks_leave_sms_idle() -> None:
     from engines.pytorch import triton_int4
 
     def splits(**args: int) -> set[int]:
-        kept = triton_int4._prune_splits(triton_int4.GEMV_INT4_CONFIGS, args)
+        kept = triton_int4._prune_splits(triton_int4.MATMUL_INT4_CONFIGS, args | {"M": 8})
         return {c.kwargs["SPLIT_K"] for c in kept}
 
-    # Down (1,536 outputs of 12,288 inputs): 96 blocks of 16 rows; the LM head: thousands.
+    # Down (1,536 outputs of 12,288 inputs): 24 tiles of 64 outputs; the LM head: thousands.
     assert splits(N=1536, K=12288) == {1, 2, 4, 8}
     assert splits(N=262144, K=1536) == {1}
     # A split must leave every program two chunks at least.
-    assert splits(N=1536, K=1024) == {1, 2}
+    assert splits(N=1536, K=512) == {1, 2}

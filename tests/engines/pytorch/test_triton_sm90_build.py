@@ -87,10 +87,11 @@ def _int4_signature(names: tuple[str, ...], ints: tuple[str, ...]) -> dict[str, 
     return signature | dict.fromkeys(ints, "i32")
 
 
-@pytest.mark.parametrize("split", [1, 4])
+# One scale per word, and per group of words (`GROUP_SCALES`).
+@pytest.mark.parametrize("group_scales", [False, True])
 @pytest.mark.parametrize(("prologue", "epilogue", "scale"), LAUNCHED)
 def test_gemv_int4_variant_builds_for_sm90(
-    prologue: int, epilogue: int, scale: bool, split: int
+    prologue: int, epilogue: int, scale: bool, group_scales: bool
 ) -> None:
     from engines.pytorch import triton_int4
 
@@ -104,9 +105,9 @@ def test_gemv_int4_variant_builds_for_sm90(
         "GROUP": 32,
         "BLOCK_N": 16,
         "BLOCK_K": 256,
-        "SPLIT_K": split,
+        "GROUP_SCALES": group_scales,
     }
-    signature = {name: signature[name] for name in triton_int4.gemv_int4.fn.arg_names[:15]}
+    signature = {name: signature[name] for name in triton_int4.gemv_int4.fn.arg_names[:13]}
     signature |= dict.fromkeys(constants, "constexpr")
     source = ASTSource(fn=triton_int4.gemv_int4.fn, signature=signature, constexprs=constants)
     compiled = triton.compile(source, target=H200, options=PDL)
@@ -114,8 +115,6 @@ def test_gemv_int4_variant_builds_for_sm90(
     # No int-to-float conversion per nibble (`triton_int4._nibble_floats`); the
     # prologues' few (K as a float) remain.
     assert compiled.asm["ptx"].count("cvt.rn.f32.s32") < 8
-    if split > 1:
-        assert "atom.global.gpu.acq_rel.add" in compiled.asm["ptx"]
 
 
 @pytest.mark.parametrize("split", [1, 4])

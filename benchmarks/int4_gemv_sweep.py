@@ -1,0 +1,420 @@
+"""Block-shape sweep of the engine's int4 kernels over Gemma 4 E2B's projections (issue
+18): for each distinct shape, every configuration of a grid much wider than the lists the
+autotuner tries (`triton_int4.GEMV_INT4_CONFIGS`, `MATMUL_INT4_CONFIGS`) is launched
+directly, checked against dequantize-then-matmul and timed, beside bf16 cuBLAS and
+torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
+
+- one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then one scale
+  per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
+  the best configurations (split-K 2-16 was tried too, at commit aa41ba2, and never won
+  at one row: the kernel no longer has it). The gate/up shapes run as the decode
+  program runs them (norm scaled after the product, GELU pair), the rest as plain
+  products, with dependent launch where the GPU has it;
+- 8 rows, `matmul_int4`: BLOCK_N 32-256, BLOCK_K 64-512, 4/8 warps; then split-K, then
+  stages, the same way.
+
+Timings replay a CUDA graph of the launches over enough weight copies (>= 64 MB, at most
+160 launches) that the weights mostly come from HBM. "list" is the best of the
+configurations the autotuner may choose today (what it would pick, up to noise); the
+suggested list is a greedy choice of at most `--list-size` configurations that minimises
+the step's time (each shape weighted by its count in one decode step). Stops at
+`--budget-s` and prints what it has.
+
+    python -m benchmarks.int4_gemv_sweep [--out sweep.json] [--rows 1,8] [--budget-s 200]
+
+Needs a CUDA device with Triton. `--dry-run` runs a few configurations on two tiny
+shapes on the CPU (under `TRITON_INTERPRET=1`), to check the script before a GPU call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import triton
+from triton.runtime._async_compile import AsyncCompileMode
+
+from benchmarks.gemv_h200 import SHAPES, _timed_graph
+from benchmarks.int4_h200 import GROUP, _tinygemm
+from engines.pytorch import dependent_launch, int4, kernels, triton_int4
+
+STREAM_BYTES = 64 << 20
+MAX_COPIES = 160
+MAX_SPLIT = 8
+# The decode program's form of each shape at one row (prologue, epilogue): the merged
+# gate/up projections end in their GELU pair; the rest are timed as plain products.
+PAIRED = {"gate_up", "gate_up double"}
+
+
+# Two small shapes for `--dry-run`: a plain product and a gate/up pair.
+TINY_SHAPES = (("o sliding", 64, 512, 2), ("gate_up", 128, 256, 1))
+
+
+def _timed(fn: Callable[[], Any], device: torch.device) -> float:
+    if device.type == "cuda":
+        return _timed_graph(fn, 10)
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _cfg(meta: dict[str, Any], warps: int, stages: int) -> triton.Config:
+    return triton.Config(dict(meta), num_warps=warps, num_stages=stages)
+
+
+def _label(config: triton.Config) -> str:
+    meta = config.kwargs
+    parts = [f"{k.lower()}={int(v) if isinstance(v, bool) else v}" for k, v in meta.items()]
+    return ",".join(parts) + f",w={config.num_warps},s={config.num_stages}"
+
+
+def gemv_tiles() -> list[triton.Config]:
+    """Phase 1 at one row: tiles x warps, a scale per word, no split, two stages; pruned
+    to 1-16 int32 words a thread (fewer leaves threads idle, more spills)."""
+    out = []
+    for bn, bk, w in itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048), (2, 4, 8)):
+        words_a_thread = bn * bk / 8 / (32 * w)
+        if 1 <= words_a_thread <= 16:
+            meta = {"BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SCALES": False}
+            out.append(_cfg(meta, w, 2))
+    return out
+
+
+def matmul_tiles() -> list[triton.Config]:
+    out = []
+    for bn, bk, w in itertools.product((32, 64, 128, 256), (64, 128, 256, 512), (4, 8)):
+        if bn * bk <= 32768:
+            meta = {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1}
+            out.append(_cfg(meta, w, 3))
+    return out
+
+
+def _with(config: triton.Config, **changes: int) -> triton.Config:
+    meta = dict(config.kwargs)
+    stages = changes.pop("num_stages", config.num_stages)
+    meta.update(changes)
+    return _cfg(meta, config.num_warps, stages)
+
+
+class Shape:
+    """One projection's weights (copies), inputs and the launches of each kernel form."""
+
+    def __init__(self, name: str, n: int, k: int, count: int, rows: int, dev: torch.device) -> None:
+        self.name, self.n, self.k, self.count, self.rows = name, n, k, count, rows
+        self.results: dict[str, dict[str, Any]] = {}
+        self.refs: dict[str, Any] = {}
+        self.dev = dev
+        # The interpreter's bfloat16 tl.dot is not faithful: a dry run uses float16.
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float16
+        self.paired = rows == 1 and name in PAIRED
+        self.n_out = n // 2 if self.paired else n
+        self.int4_bytes = n * k // 2 + n * (k // GROUP) * 2
+        self.dense_bytes = n * k * 2
+        self.copies = min(MAX_COPIES, max(1, math.ceil(STREAM_BYTES / self.int4_bytes)))
+        if dev.type != "cuda":  # a dry run checks the script, not the speed
+            self.copies = 1
+        base = torch.randn(n, k, device=dev, dtype=dtype) / k**0.5
+        packed, scale = int4.quantize(base, GROUP)
+        self.weights = [(packed.clone(), scale.clone()) for _ in range(self.copies)]
+        self.base = base
+        self.x = torch.randn(rows, k, device=dev, dtype=dtype)
+        self.nw = torch.randn(k, device=dev, dtype=dtype)
+        self.y = torch.empty(rows, self.n_out, device=dev, dtype=dtype)
+        self.part = torch.zeros(MAX_SPLIT * rows * n, device=dev, dtype=torch.float32)
+        self.counts = torch.zeros(1 << 18, device=dev, dtype=torch.int32)
+        self.pdl = dependent_launch.enabled(dev)
+        wf = kernels.dense((packed, scale), torch.float32)
+        if self.paired:
+            normed = torch.rms_norm(self.x.float(), (k,), self.nw.float(), 1e-6)
+            gate, up = (normed @ wf.T).chunk(2, dim=-1)
+            self.ref = F.gelu(gate, approximate="tanh") * up
+        else:
+            self.ref = self.x.float() @ wf.T
+
+    def gemv_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
+        x = self.x
+        return (x, x, self.nw, x, x, x, x, *w, self.y)
+
+    def gemv_kwargs(self, config: triton.Config) -> dict[str, Any]:
+        return {
+            "PROLOGUE": kernels.RMS_NORM_AFTER if self.paired else kernels.PLAIN,
+            "SCALE": False,
+            "EPILOGUE": kernels.GELU_PAIR if self.paired else kernels.NO_EPILOGUE,
+            "PDL": self.pdl,
+            "launch_pdl": self.pdl,
+            "GROUP": GROUP,
+            **config.kwargs,
+            "num_warps": config.num_warps,
+            "num_stages": config.num_stages,
+        }
+
+    def launch(self, config: triton.Config, w: tuple[torch.Tensor, torch.Tensor]) -> None:
+        meta = config.kwargs
+        grid: tuple[int, ...]
+        if self.rows == 1:
+            grid = (-(-self.n_out // meta["BLOCK_N"]),)
+            triton_int4.gemv_int4.fn[grid](
+                *self.gemv_args(w), self.n_out, self.k, 1e-6, **self.gemv_kwargs(config)
+            )
+            return
+        grid = (-(-self.rows // meta["BLOCK_M"]), -(-self.n // meta["BLOCK_N"]), meta["SPLIT_K"])
+        triton_int4.matmul_int4.fn[grid](
+            *self.matmul_args(w), **meta, num_warps=config.num_warps, num_stages=config.num_stages
+        )
+
+    def matmul_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
+        bucket = 16 if self.rows <= 16 else (32 if self.rows <= 32 else 64)
+        extra = (self.rows, self.n, self.k, bucket)
+        return (self.x, *w, self.y, self.part, self.counts, *extra, GROUP)
+
+    def warmup(self, config: triton.Config) -> None:
+        w = self.weights[0]
+        if self.rows == 1:
+            triton_int4.gemv_int4.fn.warmup(
+                *self.gemv_args(w), self.n_out, self.k, 1e-6, grid=(1,),
+                **self.gemv_kwargs(config),
+            )  # fmt: skip
+        else:
+            triton_int4.matmul_int4.fn.warmup(
+                *self.matmul_args(w), **config.kwargs, grid=(1,),
+                num_warps=config.num_warps, num_stages=config.num_stages,
+            )  # fmt: skip
+
+    def fits(self, config: triton.Config) -> bool:
+        # A split only where the row blocks alone leave SMs idle (`triton_int4`), each
+        # split with a chunk at least.
+        meta = config.kwargs
+        split = meta.get("SPLIT_K", 1)
+        programs = -(-self.n_out // meta["BLOCK_N"]) * -(-self.rows // meta.get("BLOCK_M", 1))
+        if split > 1 and programs >= triton_int4.SPLIT_BELOW_PROGRAMS:
+            return False
+        return meta["BLOCK_K"] <= self.k and self.k >= split * meta["BLOCK_K"]
+
+    def time(self, config: triton.Config) -> dict[str, Any]:
+        self.launch(config, self.weights[0])
+        got = self.y.float()
+        err = float((got - self.ref).abs().max() / self.ref.abs().max())
+        if not err < 0.02:
+            return {"config": _label(config), "error": f"max error {err:.3g} of the output"}
+
+        def every_copy() -> None:
+            for w in self.weights:
+                self.launch(config, w)
+
+        seconds = _timed(every_copy, self.dev)
+        seconds /= self.copies
+        return {
+            "config": _label(config),
+            "us": seconds * 1e6,
+            "gb_s": self.int4_bytes / seconds / 1e9,
+        }
+
+    def references(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        copies = min(MAX_COPIES, max(1, math.ceil(STREAM_BYTES / self.dense_bytes)))
+        dense = [self.base.clone() for _ in range(copies)]
+        x = self.x
+        out["bf16_us"] = 1e6 * _timed(lambda: [F.linear(x, w) for w in dense], self.dev) / copies
+        dense.clear()
+        try:
+            tiles, sz = _tinygemm(self.base)
+            tg = [(tiles.clone(), sz.clone()) for _ in range(self.copies)]
+            seconds = _timed(
+                lambda: [torch._weight_int4pack_mm(x, t, GROUP, s) for t, s in tg], self.dev
+            )
+            out["tinygemm_us"] = 1e6 * seconds / self.copies
+        except Exception as exc:  # recorded: torch's layout may refuse a shape
+            out["tinygemm_error"] = f"{type(exc).__name__}: {exc}"[:200]
+        return out
+
+
+def _compile(shapes: list[Shape], configs: Iterable[tuple[Shape, triton.Config]]) -> float:
+    """Builds every configuration at once on a thread pool (Triton's async compile: the
+    compiler and ptxas run outside the interpreter lock); returns seconds."""
+    start = time.monotonic()
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return 0.0
+    seen = set()
+    with ThreadPoolExecutor(16) as pool, AsyncCompileMode(pool, ignore_errors=True):
+        for shape, config in configs:
+            key = (shape.rows, shape.paired, _label(config))
+            if key not in seen:
+                seen.add(key)
+                shape.warmup(config)
+    return time.monotonic() - start
+
+
+def _list_configs(shape: Shape) -> list[triton.Config]:
+    """The configurations the autotuner tries for this shape today."""
+    if shape.rows == 1:
+        return triton_int4.GEMV_INT4_CONFIGS
+    named = {"N": shape.n, "K": shape.k, "M": shape.rows, "M_BUCKET": 16}
+    return triton_int4._prune_splits(triton_int4.MATMUL_INT4_CONFIGS, named)
+
+
+def sweep(
+    shapes: list[Shape], deadline: float, log: Callable[[str], None], few: bool = False
+) -> None:
+    """Fills each shape's `results` (label -> timing), phase by phase (`few`: a handful
+    of configurations a phase, for a dry run)."""
+
+    def run(plan: list[tuple[Shape, triton.Config]], phase: str) -> None:
+        plan = [(s, c) for s, c in plan if s.fits(c) and _label(c) not in s.results]
+        log(f"{phase}: {len(plan)} timings, compiled in {_compile(shapes, plan):.1f} s")
+        for shape, config in plan:
+            if time.monotonic() > deadline:
+                log(f"{phase}: budget spent")
+                return
+            try:
+                shape.results[_label(config)] = shape.time(config) | {"meta": config}
+            except Exception as exc:  # recorded: a configuration that cannot launch
+                shape.results[_label(config)] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+
+    def best(shape: Shape, count: int) -> list[triton.Config]:
+        timed = [r for r in shape.results.values() if "us" in r]
+        return [r["meta"] for r in sorted(timed, key=lambda r: r["us"])[:count]]
+
+    for shape in shapes:
+        shape.refs = shape.references()
+    plan = []
+    for shape in shapes:
+        tiles = gemv_tiles() if shape.rows == 1 else matmul_tiles()
+        tiles = tiles[:: len(tiles) // 3] if few else tiles
+        plan += [(shape, c) for c in [*_list_configs(shape), *tiles]]
+    run(plan, "tiles")
+    if shapes[0].rows == 1:
+        top = 1 if few else 6
+        plan = [(s, _with(c, GROUP_SCALES=True)) for s in shapes for c in best(s, top)]
+        run(plan, "group scales")
+    else:
+        top = 1 if few else 4
+        splits = (2, 4, 8)
+        plan = [(s, _with(c, SPLIT_K=k)) for s in shapes for c in best(s, top) for k in splits]
+        run(plan, "splits")
+    top = 1 if few else 3
+    plan = [(s, _with(c, num_stages=n)) for s in shapes for c in best(s, top) for n in (1, 3, 4)]
+    run(plan, "stages")
+
+
+def suggest(shapes: list[Shape], size: int) -> list[str]:
+    """Greedy: the configuration that most shortens the weighted step, added in turn."""
+    chosen: list[str] = []
+    labels = {label for s in shapes for label, r in s.results.items() if "us" in r}
+
+    def step_us(pick: list[str]) -> float:
+        total = 0.0
+        for s in shapes:
+            times = [s.results[p]["us"] for p in pick if "us" in s.results.get(p, {})]
+            total += s.count * (min(times) if times else 1e6)
+        return total
+
+    while len(chosen) < size and labels - set(chosen):
+        chosen.append(min(labels - set(chosen), key=lambda label: step_us([*chosen, label])))
+    return chosen
+
+
+def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
+    rows = shapes[0].rows
+    suggested = suggest(shapes, size)
+    lines = [
+        f"rows {rows}: | projection | N x K | int4 MB | bf16 us | tinygemm us | list us "
+        "(GB/s) | suggested us | sweep best us (GB/s) | best configuration |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    out: dict[str, Any] = {"rows": rows, "suggested": suggested, "shapes": []}
+    totals = {"bf16": 0.0, "tinygemm": 0.0, "list": 0.0, "suggested": 0.0, "best": 0.0}
+    for s in shapes:
+        timed = {label: r for label, r in s.results.items() if "us" in r}
+        if not timed:
+            continue
+        listed = [_label(c) for c in _list_configs(s)]
+        pick = min((timed[c] for c in listed if c in timed), key=lambda r: r["us"], default=None)
+        sugg = min((timed[c] for c in suggested if c in timed), key=lambda r: r["us"])
+        top = min(timed.values(), key=lambda r: r["us"])
+        refs = s.refs
+        figures = {
+            "bf16": refs.get("bf16_us", math.nan),
+            "tinygemm": refs.get("tinygemm_us", math.nan),
+            "list": pick["us"] if pick else math.nan,
+            "suggested": sugg["us"],
+            "best": top["us"],
+        }
+        for key, value in figures.items():
+            totals[key] += s.count * value / 1e3
+        lines.append(
+            f"| {s.name} | {s.n} x {s.k} | {s.int4_bytes / 1e6:.2f} | {figures['bf16']:.1f} | "
+            f"{figures['tinygemm']:.1f} | {figures['list']:.1f} "
+            f"({pick['gb_s'] if pick else math.nan:.0f}) | {sugg['us']:.1f} | {top['us']:.1f} "
+            f"({top['gb_s']:.0f}) | {top['config']} |"
+        )
+        out["shapes"].append(
+            {
+                "name": s.name, "N": s.n, "K": s.k, "count": s.count, "rows": rows,
+                "paired": s.paired, "copies": s.copies, "int4_bytes": s.int4_bytes,
+                **refs, "list_pick": pick and {k: pick[k] for k in ("config", "us", "gb_s")},
+                "best": {k: top[k] for k in ("config", "us", "gb_s")},
+                "timings": [
+                    {k: v for k, v in r.items() if k != "meta"} for r in s.results.values()
+                ],
+            }
+        )  # fmt: skip
+    out["step_ms"] = totals
+    lines.append(
+        f"rows {rows}, one step's projections (ms): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in totals.items())
+    )
+    lines.append(f"rows {rows}, suggested list: " + "; ".join(suggested))
+    return out, lines
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.int4_gemv_sweep", description=__doc__)
+    p.add_argument("--out")
+    p.add_argument("--rows", default="1,8")
+    p.add_argument("--budget-s", type=float, default=200.0)
+    p.add_argument("--list-size", type=int, default=8)
+    p.add_argument("--shapes", help="comma-separated projection names (default: all)")
+    p.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
+    args = p.parse_args(argv)
+    dev = torch.device("cpu" if args.dry_run else "cuda")
+    catalogue = TINY_SHAPES if args.dry_run else SHAPES
+    start = time.monotonic()
+    wanted = set(args.shapes.split(",")) if args.shapes else None
+    gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (dry run)"
+    result: dict[str, Any] = {"gpu": gpu, "group_size": GROUP}
+    all_rows = [int(r) for r in args.rows.split(",") if r]
+    all_lines: list[str] = []
+    for i, rows in enumerate(all_rows):
+        # Each row count gets an equal share of what is left.
+        left = args.budget_s - (time.monotonic() - start)
+        deadline = time.monotonic() + left / (len(all_rows) - i)
+        shapes = [
+            Shape(name, n, k, count, rows, dev)
+            for name, n, k, count in catalogue
+            if wanted is None or name in wanted
+        ]
+        log = lambda line: print(f"[{time.monotonic() - start:.0f}s] {line}", flush=True)  # noqa: E731
+        sweep(shapes, deadline, log, few=args.dry_run)
+        out, lines = report(shapes, args.list_size)
+        result[f"rows_{rows}"] = out
+        all_lines += lines
+        print("\n".join(lines), flush=True)
+        if args.out:  # after each row count: a stopped run keeps what it measured
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=1, default=str)
+        del shapes
+        torch.cuda.empty_cache()
+    return result
+
+
+if __name__ == "__main__":
+    main()
