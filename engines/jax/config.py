@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--decode-attention",
         default=d.decode_attention,
         choices=("auto", "xla", "pallas"),
-        help="decode attention: one Pallas kernel a layer (auto on a GPU) or XLA's own "
-        "kernels (auto on a CPU)",
+        help="decode attention: one Pallas kernel a layer (auto on an sm_80+ GPU) or XLA's "
+        "own kernels (auto on a CPU and on sm_75)",
     )
     p.add_argument(
         "--prefill-budget",

@@ -72,12 +72,15 @@ def resolve_device(spec: str) -> jax.Device:
     return devices[int(index or 0)]
 
 
+def _compute_capability(device: jax.Device) -> int:
+    return int(str(getattr(device, "compute_capability", "8.0")).split(".")[0])
+
+
 def resolve_dtype(spec: str, device: jax.Device) -> Any:
     """`auto`: bf16 on sm_80+, fp16 on older GPUs (sm_75 has no bf16 datapath), fp32 on CPU."""
     if spec == "auto":
         if device.platform == "gpu":
-            major = int(str(getattr(device, "compute_capability", "8.0")).split(".")[0])
-            return jnp.bfloat16 if major >= 8 else jnp.float16
+            return jnp.bfloat16 if _compute_capability(device) >= 8 else jnp.float16
         return jnp.float32
     if spec not in DTYPES:
         raise ValueError(f"--dtype: unknown dtype {spec!r}; use auto or one of {sorted(DTYPES)}")
@@ -88,12 +91,16 @@ ATTENTION_CHOICES = ("auto", "xla", "pallas")
 
 
 def resolve_attention(spec: str, device: jax.Device) -> str:
-    """`--decode-attention` as `model.decode` takes it: `auto` is the Pallas kernel on a
-    GPU and XLA's kernels on a CPU; `pallas` on a CPU runs the kernel in the interpreter."""
+    """`--decode-attention` as `model.decode` takes it: `auto` is the Pallas kernel on an
+    sm_80+ GPU and XLA's kernels elsewhere; `pallas` on a CPU runs the kernel in the
+    interpreter."""
     if spec not in ATTENTION_CHOICES:
         raise ValueError(f"--decode-attention: {spec!r}; use one of {', '.join(ATTENTION_CHOICES)}")
     if spec == "auto":
-        spec = "pallas" if device.platform == "gpu" else "xla"
+        # The kernel's tiles take 75-83 KB of shared memory on an H200, past the 64 KB a
+        # Turing block may have (the T4G of seed 002's G5g): sm_75 keeps XLA's kernels.
+        gpu = device.platform == "gpu" and _compute_capability(device) >= 8
+        spec = "pallas" if gpu else "xla"
     if spec == "pallas" and device.platform != "gpu":
         return "pallas-interpret"
     return spec

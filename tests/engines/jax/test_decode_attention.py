@@ -11,7 +11,7 @@ import pytest
 
 from engines.jax import decode_attention as kernel
 from engines.jax import model as gemma
-from engines.jax.runner import JaxRunner, load
+from engines.jax.runner import JaxRunner, load, resolve_attention
 
 
 def _reference(
@@ -85,3 +85,32 @@ def test_the_runner_decodes_the_same_greedy_text_either_way() -> None:
         texts.append(out)
     assert runner.attention == "pallas-interpret"
     assert texts[0] == texts[1]
+
+
+class _Device:
+    """What `resolve_attention` reads of a `jax.Device` (no GPU here)."""
+
+    def __init__(self, platform: str, compute_capability: str = "") -> None:
+        self.platform = platform
+        self.compute_capability = compute_capability
+
+
+@pytest.mark.parametrize(
+    ("spec", "device", "resolved"),
+    [
+        ("auto", _Device("gpu", "9.0"), "pallas"),
+        ("auto", _Device("gpu", "7.5"), "xla"),  # Turing: 64 KB of shared memory a block
+        ("auto", _Device("cpu"), "xla"),
+        ("pallas", _Device("cpu"), "pallas-interpret"),
+        ("xla", _Device("gpu", "9.0"), "xla"),
+    ],
+)
+def test_auto_attention_is_the_kernel_on_sm80_and_newer(
+    spec: str, device: _Device, resolved: str
+) -> None:
+    assert resolve_attention(spec, device) == resolved
+
+
+def test_an_unknown_attention_is_one_clear_error() -> None:
+    with pytest.raises(ValueError, match="--decode-attention: 'flash'"):
+        resolve_attention("flash", _Device("cpu"))
