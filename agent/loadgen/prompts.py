@@ -25,7 +25,7 @@ from agent.loadgen.client import ChatRequest, OpenAIClient
 from agent.loadgen.text_sources import TextSource
 from contract.suite import PromptCalibration
 
-__all__ = ["WORDS", "Prompt", "PromptFactory", "calibrate"]
+__all__ = ["NONCE_POOL", "WORDS", "Prompt", "PromptFactory", "calibrate"]
 
 log = logging.getLogger(__name__)
 
@@ -249,6 +249,11 @@ WORDS = tuple(
     ]
 )
 _NONCE_WORDS = 4
+# The nonce is the one part of a prompt that cannot shrink, so it is spelt with short
+# words only: at most 28 characters, which leaves a 48-token chat prompt room to fit
+# under a byte-level tokenizer (whole words of WORDS would take up to 52). 168 words,
+# 168^4 distinct nonces.
+NONCE_POOL = tuple(w for w in WORDS if len(w) <= 6)
 _MAX_ADJUSTMENTS = 24
 # Tried in order to add one or two tokens; which one adds exactly one depends on the tokenizer.
 _PAD_SUFFIXES = (" x", ".", " .")
@@ -290,8 +295,8 @@ class PromptFactory:
     def _nonce(self, counter: int) -> str:
         words = []
         for _ in range(_NONCE_WORDS):
-            counter, digit = divmod(counter, len(WORDS))
-            words.append(WORDS[digit])
+            counter, digit = divmod(counter, len(NONCE_POOL))
+            words.append(NONCE_POOL[digit])
         return "-".join(words) + ":"
 
     def _words(self, nonce: str, count: int) -> str:

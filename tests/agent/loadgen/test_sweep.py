@@ -10,7 +10,7 @@ import pytest
 
 from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
-from agent.loadgen.prompts import Prompt, PromptFactory
+from agent.loadgen.prompts import NONCE_POOL, Prompt, PromptFactory, calibrate
 from agent.loadgen.sweep import count_requests, run_sweep
 from contract.results import RequestRecord, SweepSummary
 from contract.suite import PromptCalibration, RequestSettings, Shape, SweepSettings
@@ -48,6 +48,27 @@ SMALL = SweepSettings(
     levels=(1, 4),
     repeats=2,
 )
+
+
+def test_the_longest_nonce_still_leaves_a_short_prompt_exact(fast_server: ReferenceServer):
+    """A nonce cannot shrink. The longest one a run can draw still fits a 48-token chat
+    prompt under the reference server's byte-level tokenizer. Before nonces used short
+    words only, a random run offset sometimes drew one too long, and the prompt came out
+    3 tokens over."""
+    longest = max(range(len(NONCE_POOL)), key=lambda i: len(NONCE_POOL[i]))
+    offset = sum(longest * len(NONCE_POOL) ** d for d in range(4))
+
+    async def go() -> tuple[Prompt, PromptCalibration]:
+        async with OpenAIClient(fast_server.url, settings=SMALL.request) as client:
+            calibration = await calibrate(client)
+            factory = PromptFactory(calibration, client.tokenize_raw, run_offset=offset)
+            (prompt,) = await factory.build(1, 48)
+            return prompt, calibration
+
+    prompt, calibration = asyncio.run(go())
+    assert prompt.nonce == "-".join([NONCE_POOL[longest]] * 4) + ":"
+    assert prompt.raw_tokens is not None
+    assert prompt.raw_tokens + calibration.template_overhead_tokens == 48
 
 
 def test_sweep_measures_every_cell_with_exact_lengths_and_writes_all_files(
