@@ -165,11 +165,16 @@ def main() -> int:
         state["token"] = greedy.astype(jnp.int32)
         return state["token"]
 
-    def several() -> Any:
-        state["cache"], out = many(
-            params, state["cache"], tokens, positions, slots, bias, banned, banned, left
-        )
-        return np.asarray(out)
+    def steps_call(program_n: Any) -> Any:
+        def several() -> Any:
+            state["cache"], out = program_n(
+                params, state["cache"], tokens, positions, slots, bias, banned, banned, left
+            )
+            return np.asarray(out)
+
+        return several
+
+    several = steps_call(many)
 
     def idle_sync(x: Any) -> None:
         jax.block_until_ready(x)
@@ -181,13 +186,7 @@ def main() -> int:
     first = args.steps[0]
     by_count = {first: _timed(several, idle_sync, max(1, STEPS // first)) / first}
     for count, program_n in more.items():
-
-        def several_n(program_n: Any = program_n) -> Any:
-            state["cache"], out = program_n(
-                params, state["cache"], tokens, positions, slots, bias, banned, banned, left
-            )
-            return np.asarray(out)
-
+        several_n = steps_call(program_n)
         _timed(several_n, idle_sync, 2)
         by_count[count] = _timed(several_n, idle_sync, max(1, STEPS // count)) / count
     result["steps_ms_per_token_by_count"] = by_count

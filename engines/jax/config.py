@@ -12,6 +12,7 @@ DEFAULT_PORT = 8200
 # XLA compiles one program on a few threads of its own, so up to 8 programs at once keep a
 # large host busy; the default ladder's 27 programs are what time to /health waits on.
 DEFAULT_COMPILE_THREADS = max(1, min(8, os.cpu_count() or 1))
+ATTENTION_CHOICES = ("auto", "xla", "pallas")
 
 
 def _positive(text: str) -> int:
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--decode-attention",
         default=d.decode_attention,
-        choices=("auto", "xla", "pallas"),
+        choices=ATTENTION_CHOICES,
         help="decode attention: one Pallas kernel a layer (auto on an sm_80+ GPU) or XLA's "
         "own kernels (auto on a CPU and on sm_75)",
     )

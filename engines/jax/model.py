@@ -11,9 +11,8 @@ layer of their type, per-layer embeddings fed through a gate after each layer, a
 twice as wide in the KV-shared layers, a per-layer scalar, and a final logit softcap.
 
 Projections that read the same input are held as one matrix (`fuse_projections`: q, k and
-v as `qkv`; gate and up as `gate_up`), so a step runs one GEMM where the checkpoint has
-two or three: at batch 1 a decode step is a string of small kernels whose count, not
-their bytes, sets its time on a large GPU.
+v as `qkv`; gate and up as `gate_up`). XLA's GPU compiler merges such dots by itself, so
+the kernels are the same; what it saves is arrays handed to every call of a program.
 
 The cache: full-attention layers keep `[slots, max_len, kv_heads, head]`; sliding layers a
 ring of the window's length, `[slots, window, kv_heads, head]`, position p at p mod window

@@ -33,6 +33,7 @@ import numpy as np
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from engines.jax import model as gemma
+from engines.jax.config import ATTENTION_CHOICES
 from engines.serving.random_models import DEFAULT_MAX_MODEL_LEN, RANDOM_MODELS, RANDOM_PREFIX
 from engines.serving.requests import SamplingParams
 from engines.serving.tokenizer import build_byte_tokenizer, generation_ids, stop_token_ids
@@ -85,9 +86,6 @@ def resolve_dtype(spec: str, device: jax.Device) -> Any:
     if spec not in DTYPES:
         raise ValueError(f"--dtype: unknown dtype {spec!r}; use auto or one of {sorted(DTYPES)}")
     return DTYPES[spec]
-
-
-ATTENTION_CHOICES = ("auto", "xla", "pallas")
 
 
 def resolve_attention(spec: str, device: jax.Device) -> str:

@@ -89,7 +89,7 @@ _SPLIT_COUNTERS = 1 << 18
 
 @functools.cache
 def _split_counters(device: torch.device) -> torch.Tensor:
-    """One zeroed counter per tile for the split-K int4 kernels, shared by every launch on
+    """One zeroed counter per tile for the split-K int4 kernel, shared by every launch on
     the device: launches run one after another on the stream (a dependent launch touches
     them only after its wait) and the last program of a tile resets its counter."""
     return torch.zeros(_SPLIT_COUNTERS, dtype=torch.int32, device=device)
