@@ -105,7 +105,8 @@ for name, r in d.items():
     if not isinstance(r, dict):
         continue
     keys = ("synced_ms", "chained_ms", "dispatch_ms", "steps_ms_per_token", "compile_s")
-    print(name, {k: round(r[k], 3) for k in keys if k in r}, r.get("steps_ms_per_token_by_count"))
+    print(name, {k: round(r[k], 3) for k in keys if k in r}, r.get("steps_ms_per_token_by_count"),
+          r.get("ahead_ms_per_token"))
     for kind in ("one_step_a_call", "steps_in_one_call"):
         prof = r.get(f"profile_{kind}", {})
         print(" ", kind, {k: v for k, v in prof.items() if not k.startswith("top")})

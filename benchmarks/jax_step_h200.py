@@ -12,7 +12,9 @@ of `--max-len` positions), timed four ways:
 - `steps_ms_per_token`: `--steps` greedy steps in one call (`greedy_steps`, what the
   scheduler does with `--decode-steps N`), the host reading the tokens after each call;
   with several counts (`--steps 8,16`), each count's figure under
-  `steps_ms_per_token_by_count` and the fastest as `steps_ms_per_token`.
+  `steps_ms_per_token_by_count` and the fastest as `steps_ms_per_token`;
+- `ahead_ms_per_token`: the same calls with each queued before the one before it is
+  read, fed that one's last tokens on the device (the scheduler's run-ahead), by count.
 
 Then a profile (`jax.profiler`, CUPTI) of a few chained steps and of one multi-step call:
 GPU kernels per step, the time the GPU is busy per step against the wall time, the
@@ -21,8 +23,11 @@ kernels and host events that take the most, and the driver's launch calls per st
 
     python -m benchmarks.jax_step_h200 OUT_JSON [--model M] [--steps N[,N...]] [--profile DIR]
 
-XLA_FLAGS (read by the process) selects the compiler's variant; `jax_vs_pytorch_h200.sh`
-runs this once per variant. MODEL `random:tiny-gemma4` dry-runs on a CPU.
+XLA_FLAGS (read by the process) selects the compiler's variant; `jax_decode_h200.sh`
+runs this once per variant. `--knobs` compares variants of the engine's own module
+constants in one process instead (one load): each `NAME:module.CONST=value[,...]` (module
+`decode_attention` of `engines.jax`) gets its multi-step program compiled,
+timed and profiled under `knobs`. MODEL `random:tiny-gemma4` dry-runs on a CPU.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from engines.jax import decode_attention
 from engines.jax.runner import JaxRunner, load
 
 STEPS = 100
@@ -77,9 +83,10 @@ def summarize_trace(trace_dir: Path, per: int) -> dict[str, Any]:
     names = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     gpu = [e for e in events if e.get("ph") == "X" and "GPU" in names.get(e.get("pid"), "")]
     host = [e for e in events if e.get("ph") == "X" and "GPU" not in names.get(e.get("pid"), "")]
-    out: dict[str, Any] = {"trace_file": str(path), "gpu_processes": sorted(
-        {names[e["pid"]] for e in gpu}
-    )}
+    out: dict[str, Any] = {
+        "trace_file": str(path),
+        "gpu_processes": sorted({names[e["pid"]] for e in gpu}),
+    }
     if gpu:
         spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0))) for e in gpu)
         busy, end = 0.0, spans[0][0]
@@ -99,12 +106,85 @@ def summarize_trace(trace_dir: Path, per: int) -> dict[str, Any]:
     return out
 
 
+_KNOB_MODULES = {"decode_attention": decode_attention}
+
+
+def _knob_variant(args: Any, loaded: Any, settings: str) -> dict[str, Any]:
+    """The multi-step program's ms a token, kernels and GPU busy time a step with the
+    module constants of `settings` (`module.CONST=value,...`) set, then restored."""
+    saved = []
+    for item in filter(None, settings.split(",")):
+        target, _, value = item.partition("=")
+        module_name, _, const = target.partition(".")
+        module = _KNOB_MODULES[module_name]
+        saved.append((module, const, getattr(module, const)))
+        setattr(module, const, type(getattr(module, const))(int(value)))
+    try:
+        count = args.steps[0]
+        runner = JaxRunner(
+            loaded,
+            num_slots=args.slots,
+            prefill_buckets=[128],
+            kv_buckets=[args.kv],
+            batch_buckets=[1],
+            decode_steps=count,
+            decode_attention=args.decode_attention,
+        )
+        t = time.monotonic()
+        rows = runner.batch_buckets[0]
+        program = runner.compile_program("steps", rows, args.kv)
+        out: dict[str, Any] = {"compile_s": round(time.monotonic() - t, 1)}
+        tokens = np.full(rows, 65, np.int32)
+        positions = np.full(rows, -1, np.int32)
+        positions[0] = 600
+        slots = np.full(rows, args.slots, np.int32)
+        slots[0] = 0
+        banned = np.full((rows, 8), loaded.spec.vocab_size, np.int32)
+        left = np.zeros(rows, np.int32)
+        state = {"cache": runner.cache}
+
+        def several() -> Any:
+            state["cache"], got = program(
+                loaded.params,
+                state["cache"],
+                tokens,
+                positions,
+                slots,
+                runner.bias,
+                banned,
+                banned,
+                left,
+            )
+            return np.asarray(got)
+
+        _timed(several, lambda x: None, 2)
+        calls = max(2, STEPS // count)
+        out["ms_per_token"] = round(_timed(several, lambda x: None, calls) / count, 4)
+        out["tokens"] = several()[:, 0].tolist()[:4]
+        if args.profile is not None:
+            folder = args.profile / f"knob-{len(saved)}-{time.monotonic_ns()}"
+            with jax.profiler.trace(str(folder), create_perfetto_trace=True):
+                several()
+            prof = summarize_trace(folder, count)
+            out |= {
+                k: prof[k]
+                for k in ("gpu_events_per_step", "gpu_busy_ms_per_step", "gpu_span_ms_per_step")
+                if k in prof
+            }
+        return out
+    finally:
+        for module, const, value in saved:
+            setattr(module, const, value)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.jax_step_h200")
     p.add_argument("out", type=Path)
     p.add_argument("--model", default="random:gemma-4-e2b")
     p.add_argument(
-        "--steps", type=lambda v: [int(n) for n in v.split(",")], default=[8],
+        "--steps",
+        type=lambda v: [int(n) for n in v.split(",")],
+        default=[8],
         help="greedy steps per call (comma-separated: each is timed; the first is profiled)",
     )
     p.add_argument("--slots", type=int, default=64)
@@ -112,6 +192,12 @@ def main() -> int:
     p.add_argument("--kv", type=int, default=1024)
     p.add_argument("--profile", type=Path, default=None)
     p.add_argument("--decode-attention", default="auto", help="as the engine's flag")
+    p.add_argument(
+        "--knobs",
+        nargs="*",
+        default=[],
+        help="NAME:module.CONST=value[,...] variants, compared after the main figures",
+    )
     args = p.parse_args()
     t0 = time.monotonic()
     result: dict[str, Any] = {"xla_flags": os.environ.get("XLA_FLAGS", ""), "steps": args.steps[0]}
@@ -121,12 +207,21 @@ def main() -> int:
         args.out.write_text(json.dumps(result, indent=2))
 
     loaded = load(
-        args.model, dtype="bfloat16", device="auto", seed=0, max_model_len=args.max_len,
+        args.model,
+        dtype="bfloat16",
+        device="auto",
+        seed=0,
+        max_model_len=args.max_len,
         served_name=None,
     )
     runner = JaxRunner(
-        loaded, num_slots=args.slots, prefill_buckets=[128], kv_buckets=[args.kv],
-        batch_buckets=[1], decode_steps=args.steps[0], decode_attention=args.decode_attention,
+        loaded,
+        num_slots=args.slots,
+        prefill_buckets=[128],
+        kv_buckets=[args.kv],
+        batch_buckets=[1],
+        decode_steps=args.steps[0],
+        decode_attention=args.decode_attention,
     )
     result["load_s"] = time.monotonic() - t0
     t1 = time.monotonic()
@@ -191,6 +286,28 @@ def main() -> int:
         by_count[count] = _timed(several_n, idle_sync, max(1, STEPS // count)) / count
     result["steps_ms_per_token_by_count"] = by_count
     result["steps_ms_per_token"] = min(by_count.values())
+
+    def ahead_ms(program_n: Any, count: int) -> float:
+        calls = max(2, STEPS // count)
+        t = time.perf_counter()
+        state["cache"], out = program_n(
+            params, state["cache"], tokens, positions, slots, bias, banned, banned, left
+        )
+        for _ in range(calls - 1):
+            state["cache"], queued = program_n(
+                params, state["cache"], out[-1], positions, slots, bias, banned, banned, left
+            )
+            np.asarray(out)
+            out = queued
+        np.asarray(out)
+        return 1e3 * (time.perf_counter() - t) / (calls * count)
+
+    programs_by_count = {first: many, **more}
+    for count, program_n in programs_by_count.items():
+        ahead_ms(program_n, count)
+    result["ahead_ms_per_token"] = {
+        count: ahead_ms(program_n, count) for count, program_n in programs_by_count.items()
+    }
     save()
 
     def nothing(p: object, c: object, x: jax.Array) -> jax.Array:
@@ -220,6 +337,17 @@ def main() -> int:
                 result[f"profile_{name}"] = summarize_trace(folder, calls * per_call)
             except (KeyError, ValueError) as e:
                 result[f"profile_{name}"] = {"error": f"{type(e).__name__}: {e}"}
+            save()
+    if args.knobs:
+        del runner, state, program, many, more
+        result["knobs"] = {}
+        for variant in args.knobs:
+            name, _, settings = variant.partition(":")
+            try:
+                result["knobs"][name] = _knob_variant(args, loaded, settings)
+            except Exception as e:  # a variant that fails to build is a result
+                result["knobs"][name] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            print(name, result["knobs"][name], flush=True)
             save()
     result["total_s"] = time.monotonic() - t0
     save()

@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=d.decode_steps,
         help="greedy decode steps per device call while every running request is greedy "
         "(1: a call a step); tokens stream in groups of up to this many, and a new request "
-        "waits for the call in flight before its prefill",
+        "waits for the call in flight (and the one queued behind it) before its prefill",
     )
     p.add_argument(
         "--decode-attention",

@@ -30,7 +30,10 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-ROWS_PAD = 16  # a product's rows on the tensor cores: the query heads of a KV head, padded
+# A product's rows: a KV head's query heads, padded to at least this many (the tensor
+# cores' smallest product; below it Triton multiplies on the CUDA cores, and the padding
+# costs a kernel of XLA's before this one)
+MIN_QUERY_ROWS = 16
 TILE_ELEMENTS = 16384  # keys a block x head size: 32 KB of bf16 keys (and as much values)
 TARGET_PROGRAMS = 128  # splits of the KV length until rows x heads x splits reach this
 
@@ -38,9 +41,14 @@ TARGET_PROGRAMS = 128  # splits of the KV length until rows x heads x splits rea
 def supported(length: int, head_dim: int, group: int) -> bool:
     """Whether the kernel takes this layer: tiles are powers of two of at least 16 (the
     tensor cores' smallest product), blocks must tile the cache length, and a KV head's
-    query heads must fit one padded product."""
+    query heads (padded) must be a power of two."""
     power_of_two = head_dim >= 16 and head_dim & (head_dim - 1) == 0
-    return power_of_two and group <= ROWS_PAD and length % block_keys(length, head_dim) == 0
+    rows = query_rows(group)
+    return power_of_two and rows & (rows - 1) == 0 and length % block_keys(length, head_dim) == 0
+
+
+def query_rows(group: int) -> int:
+    return max(group, MIN_QUERY_ROWS)
 
 
 def block_keys(length: int, head_dim: int) -> int:
@@ -55,10 +63,7 @@ def splits_for(rows: int, kv_heads: int, length: int, block: int) -> int:
     """Splits of the KV length: a power of two, until enough programs run at once, each
     with at least one whole block."""
     splits = 1
-    while (
-        rows * kv_heads * splits < TARGET_PROGRAMS
-        and length % (2 * splits * block) == 0
-    ):
+    while rows * kv_heads * splits < TARGET_PROGRAMS and length % (2 * splits * block) == 0:
         splits *= 2
     return splits
 
@@ -70,18 +75,18 @@ def _kernel(
     slot = slots_ref[row]
     visible = lengths_ref[row]
     first = split * span
-    q = q_ref[...]  # [ROWS_PAD, d]
-    d = q.shape[-1]
-    o = jnp.zeros((ROWS_PAD, d), jnp.float32)
-    m = jnp.full((ROWS_PAD,), -jnp.inf, jnp.float32)
-    total = jnp.zeros((ROWS_PAD,), jnp.float32)
+    q = q_ref[...]  # [query rows, d]
+    n, d = q.shape
+    o = jnp.zeros((n, d), jnp.float32)
+    m = jnp.full((n,), -jnp.inf, jnp.float32)
+    total = jnp.zeros((n,), jnp.float32)
     blocks = jnp.clip(pl.cdiv(visible - first, block), 0, span // block)
 
     def body(i: jax.Array, carry: tuple[jax.Array, jax.Array, jax.Array]) -> tuple:
         o, m, total = carry
         start = first + i * block
         keys = k_ref[slot, pl.ds(start, block), head, :]  # [block, d]
-        scores = plgpu.dot(q, keys.T)  # [ROWS_PAD, block], float32
+        scores = plgpu.dot(q, keys.T)  # [query rows, block], float32
         seen = (start + jnp.arange(block)) < visible
         scores = jnp.where(seen[None, :], scores, -jnp.inf)
         m_next = jnp.maximum(m, scores.max(axis=-1))
@@ -116,8 +121,10 @@ def decode_attention(
     block = block_keys(length, d)
     splits = splits_for(rows, kv_heads, length, block)
     span = length // splits
+    n = query_rows(group)
     grouped = q.reshape(rows, kv_heads, group, d)
-    grouped = jnp.pad(grouped, ((0, 0), (0, 0), (0, ROWS_PAD - group), (0, 0)))
+    if n > group:
+        grouped = jnp.pad(grouped, ((0, 0), (0, 0), (0, n - group), (0, 0)))
     # A padding row's slot is past the last: clamp it (it reads nothing: visible is 0).
     slots = jnp.minimum(slots, num_slots - 1).astype(jnp.int32)
     visible = jnp.clip(visible, 0, length).astype(jnp.int32)
@@ -132,29 +139,30 @@ def decode_attention(
         in_specs=[
             whole((rows,)),
             whole((rows,)),
-            pl.BlockSpec((None, None, ROWS_PAD, d), lambda r, h, s: (r, h, 0, 0)),
+            pl.BlockSpec((None, None, n, d), lambda r, h, s: (r, h, 0, 0)),
             whole(cache_k.shape),
             whole(cache_v.shape),
         ],
         out_specs=[
-            pl.BlockSpec((None, None, None, ROWS_PAD, d), lambda r, h, s: (r, h, s, 0, 0)),
-            pl.BlockSpec((None, None, None, ROWS_PAD), lambda r, h, s: (r, h, s, 0)),
-            pl.BlockSpec((None, None, None, ROWS_PAD), lambda r, h, s: (r, h, s, 0)),
+            pl.BlockSpec((None, None, None, n, d), lambda r, h, s: (r, h, s, 0, 0)),
+            pl.BlockSpec((None, None, None, n), lambda r, h, s: (r, h, s, 0)),
+            pl.BlockSpec((None, None, None, n), lambda r, h, s: (r, h, s, 0)),
         ],
         out_shape=[
-            jax.ShapeDtypeStruct((rows, kv_heads, splits, ROWS_PAD, d), jnp.float32),
-            jax.ShapeDtypeStruct((rows, kv_heads, splits, ROWS_PAD), jnp.float32),
-            jax.ShapeDtypeStruct((rows, kv_heads, splits, ROWS_PAD), jnp.float32),
+            jax.ShapeDtypeStruct((rows, kv_heads, splits, n, d), jnp.float32),
+            jax.ShapeDtypeStruct((rows, kv_heads, splits, n), jnp.float32),
+            jax.ShapeDtypeStruct((rows, kv_heads, splits, n), jnp.float32),
         ],
         compiler_params=plgpu.CompilerParams(num_warps=4, num_stages=2),
         interpret=interpret,
         name="decode_attention",
     )(slots, visible, grouped, cache_k, cache_v)
     # Join the splits: rescale each to the largest max, then divide by the joint sum. A
-    # split (or a row) that saw nothing has max -inf and sum 0: it weighs 0.
+    # split (or a row) that saw nothing has max -inf and sum 0: it weighs 0. The padding
+    # query rows are dropped first, so the slice is no kernel of its own.
+    o, m, total = o[..., :group, :], m[..., :group], total[..., :group]
     top = m.max(axis=2, keepdims=True)
     weight = jnp.where(jnp.isfinite(m), jnp.exp(m - jnp.where(jnp.isfinite(top), top, 0.0)), 0.0)
     joint = (total * weight).sum(axis=2)
     out = (o * weight[..., None]).sum(axis=2) / jnp.maximum(joint, 1e-30)[..., None]
-    out = out[:, :, :group].astype(q.dtype)
-    return out.reshape(rows, heads * d)
+    return out.astype(q.dtype).reshape(rows, heads * d)

@@ -13,7 +13,9 @@ program; sampled rows (temperature > 0) are drawn on the host from their logits 
 request's own numpy generator, seeded when the request gives a seed. When every running
 row is greedy, `decode_steps` runs `steps` decode steps in one device call (a loop on the
 device that feeds each step's tokens to the next), so the host's cost of a call (argument
-handling, launching the program, waiting for its tokens) is paid once per `steps` tokens.
+handling, launching the program, waiting for its tokens) is paid once per `steps` tokens;
+`start_greedy` queues such a call without waiting for it, fed the tokens of the call
+before it on the device, so the scheduler can prepare one call while another runs.
 """
 
 from __future__ import annotations
@@ -472,14 +474,51 @@ class JaxRunner:
         """`steps` greedy steps for the running `slots` in one call (see `greedy_steps`):
         tokens [steps, len(slots)] on the host. A row may pass its `max_tokens` or the
         KV's end inside the call: those tokens are the caller's to drop."""
-        b, rows = self._rows(slots, tokens, positions)
+        return self.start_greedy(slots, tokens, positions, always, until, min_left).tokens()
+
+    def start_greedy(
+        self,
+        slots: Sequence[int],
+        tokens: Sequence[int] | jax.Array,
+        positions: Sequence[int],
+        always: Sequence[Sequence[int]],
+        until: Sequence[Sequence[int]],
+        min_left: Sequence[int],
+    ) -> PendingSteps:
+        """`decode_greedy`'s call, queued on the device and not waited for. `tokens` may be
+        an earlier call's `PendingSteps.last` for the same slots: the call then follows
+        that one on the device, so the host prepares it while the device runs the other."""
+        fed = tokens if isinstance(tokens, jax.Array) else None
+        host_tokens = [0] * len(slots) if isinstance(tokens, jax.Array) else tokens
+        b, rows = self._rows(slots, host_tokens, positions)
         k = self._kv_bucket(min(max(positions) + self.steps, self.max_len))
         pad_left = np.zeros(b, np.int32)
         pad_left[: len(slots)] = min_left
         bans = (self._bans(b, always), self._bans(b, until))
         program = self._steps[(b, k)]
-        self.cache, out = program(self.loaded.params, self.cache, *rows, self.bias, *bans, pad_left)
-        return np.asarray(out)[:, : len(slots)]
+        fed_rows = (fed if fed is not None else rows[0], *rows[1:])
+        self.cache, out = program(
+            self.loaded.params, self.cache, *fed_rows, self.bias, *bans, pad_left
+        )
+        return PendingSteps(out, len(slots))
+
+
+@dataclass(frozen=True)
+class PendingSteps:
+    """A queued `greedy_steps` call: its tokens [steps, padded rows] on the device, of
+    which the first `rows` columns are real."""
+
+    out: jax.Array
+    rows: int
+
+    @property
+    def last(self) -> jax.Array:
+        """Every row's last token, still on the device (to feed the next call)."""
+        return self.out[-1]
+
+    def tokens(self) -> np.ndarray:
+        """Waits for the call: its tokens [steps, rows] on the host."""
+        return np.asarray(self.out)[:, : self.rows]
 
 
 @functools.lru_cache(maxsize=1)

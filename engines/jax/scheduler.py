@@ -9,7 +9,10 @@ decode step over every slot, which running requests join and leave between steps
 every running request is greedy and one of them still has `runner.steps` tokens to go,
 that decode call runs `runner.steps` steps on the device (`JaxRunner.decode_greedy`) and
 its tokens are accepted in order, a finished request's surplus dropped: requests join and
-leave between calls, and stream in groups of up to that many tokens.
+leave between calls, and stream in groups of up to that many tokens. While no request
+waits to join and every row is still running, the next call is queued before the one in
+flight is read (run-ahead: `_decode_greedy`), so the host's cost of a call overlaps the
+device's work; a row that finishes in the call in flight has its queued tokens dropped.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ from typing import cast
 import jax
 import numpy as np
 
-from engines.jax.runner import BANNED_PER_ROW, JaxRunner, sample_host
+from engines.jax.runner import BANNED_PER_ROW, JaxRunner, PendingSteps, sample_host
 from engines.serving.batching import BatchLoop
 from engines.serving.detokenizer import TextStream
 from engines.serving.metrics import EngineMetrics
 from engines.serving.requests import Deliver, GenerationRequest
 
 log = logging.getLogger(__name__)
+
+MAX_CALLS_AHEAD = 1024  # a bound on one run of queued calls (each re-checks the inbox)
 
 
 @dataclass
@@ -198,21 +203,58 @@ class JaxScheduler(BatchLoop[_Sequence]):
     def _decode_greedy(
         self, rows: list[_Sequence], bans: list[tuple[list[int], list[int], int]]
     ) -> None:
+        """Calls of `runner.steps` greedy steps for these rows, each queued before the
+        one in flight is read while nothing else waits (see `_may_run_ahead`): the
+        host's cost of a call then overlaps the device's work, not adds to it."""
+        steps = self.runner.steps
         slots = [cast(int, seq.slot) for seq in rows]  # running sequences hold a slot
-        tokens = [seq.output_ids[-1] for seq in rows]
         positions = [seq.prompt_len + len(seq.output_ids) - 1 for seq in rows]
         always = [b[0] for b in bans]
         until = [b[1] for b in bans]
         left = [b[2] for b in bans]
+        fed: list[int] | jax.Array = [seq.output_ids[-1] for seq in rows]
+        pending: PendingSteps | None = None
         t0 = time.perf_counter()
-        try:
-            out = self.runner.decode_greedy(slots, tokens, positions, always, until, left)
-        except Exception as e:
-            log.exception("decode steps failed")
-            for seq in rows:
-                self._finish_error(seq, f"decode failed: {e}")
-            return
-        step_s = (time.perf_counter() - t0) / len(out)
+        for _ in range(MAX_CALLS_AHEAD):
+            try:
+                ahead = None
+                if pending is None or self._may_run_ahead(rows):
+                    ahead = self.runner.start_greedy(slots, fed, positions, always, until, left)
+                out = pending.tokens() if pending is not None else None
+            except Exception as e:
+                log.exception("decode steps failed")
+                for seq in rows:
+                    self._finish_error(seq, f"decode failed: {e}")
+                return
+            if out is not None:
+                t0 = self._accept_steps(rows, out, t0)
+            if ahead is None:
+                return
+            pending, fed = ahead, ahead.last
+            positions = [p + steps for p in positions]
+            left = [n - steps for n in left]
+        if pending is not None:
+            self._accept_steps(rows, pending.tokens(), t0)
+
+    def _may_run_ahead(self, rows: list[_Sequence]) -> bool:
+        """Whether to queue another call for the same rows before the one in flight is
+        read: only while every row is still running and no request waits to join (a new
+        one waits for the call in flight and this one), and while some row has a call's
+        worth of tokens left after the one in flight. Hands out what is queued and takes
+        new requests and aborts first (a run of calls can be a whole request long)."""
+        self._flush()
+        self._take_inbox(block=False)
+        self.metrics.set_queues(len(self._running), len(self._waiting))
+        if self._waiting or any(seq.done for seq in rows):
+            return False
+        steps = self.runner.steps
+        return max(self._tokens_left(seq) for seq in rows) - steps >= steps
+
+    def _accept_steps(self, rows: list[_Sequence], out: np.ndarray, t0: float) -> float:
+        """Hand out a call's tokens [steps, rows] in order, a finished row's surplus
+        dropped; returns the time they were read."""
+        now = time.perf_counter()
+        step_s = (now - t0) / len(out)
         for step in out:
             live = [(seq, int(token)) for seq, token in zip(rows, step, strict=True)]
             live = [(seq, token) for seq, token in live if not seq.done]
@@ -220,6 +262,7 @@ class JaxScheduler(BatchLoop[_Sequence]):
                 self._accept(seq, token)
             if live:
                 self.metrics.observe_step("decode", step_s, len(live), len(live))
+        return now
 
     def _accept(self, seq: _Sequence, token: int) -> None:
         params = seq.request.params

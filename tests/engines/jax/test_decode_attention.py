@@ -30,9 +30,12 @@ def _reference(
         (64, 4, 1, 16, 32, 32),  # enough rows: one split
     ],
 )
+@pytest.mark.parametrize("min_query_rows", [16, 1])  # padded to the tensor cores, or not
 def test_kernel_matches_the_xla_path(
-    rows: int, heads: int, kv_heads: int, d: int, cache_len: int, length: int
-) -> None:
+    rows: int, heads: int, kv_heads: int, d: int, cache_len: int, length: int,
+    min_query_rows: int, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    monkeypatch.setattr(kernel, "MIN_QUERY_ROWS", min_query_rows)
     rng = np.random.default_rng(rows + d)
     num_slots = rows + 3
     q = jnp.asarray(rng.standard_normal((rows, heads, d)), jnp.float32)
@@ -58,7 +61,7 @@ def test_kernel_matches_the_xla_path(
 def test_what_the_kernel_does_not_take() -> None:
     assert not kernel.supported(24, 16, 4)  # no power-of-two block of 16 or more tiles 24
     assert not kernel.supported(64, 24, 4)  # head size not a power of two
-    assert not kernel.supported(64, 16, 32)  # 32 query heads a KV head: past one product
+    assert not kernel.supported(64, 16, 24)  # 24 query heads a KV head: no power-of-two tile
 
 
 def test_the_runner_decodes_the_same_greedy_text_either_way() -> None:
