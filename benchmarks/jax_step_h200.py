@@ -109,6 +109,26 @@ def summarize_trace(trace_dir: Path, per: int) -> dict[str, Any]:
 _KNOB_MODULES = {"decode_attention": decode_attention}
 
 
+def _runner(args: Any, loaded: Any, steps: int) -> JaxRunner:
+    """The engine's runner over the server's cache, with the smallest decode batch."""
+    return JaxRunner(
+        loaded, num_slots=args.slots, prefill_buckets=[128], kv_buckets=[args.kv],
+        batch_buckets=[1], decode_steps=steps, decode_attention=args.decode_attention,
+    )  # fmt: skip
+
+
+def _one_request(rows: int, num_slots: int, vocab: int) -> tuple[np.ndarray, ...]:
+    """Tokens, positions, slots, bans and min-tokens counts for one request (slot 0,
+    position 600) and padding rows, as `JaxRunner.decode` pads them."""
+    tokens = np.full(rows, 65, np.int32)
+    positions = np.full(rows, -1, np.int32)
+    positions[0] = 600
+    slots = np.full(rows, num_slots, np.int32)
+    slots[0] = 0
+    banned = np.full((rows, 8), vocab, np.int32)
+    return tokens, positions, slots, banned, np.zeros(rows, np.int32)
+
+
 def _knob_variant(args: Any, loaded: Any, settings: str) -> dict[str, Any]:
     """The multi-step program's ms a token, kernels and GPU busy time a step with the
     module constants of `settings` (`module.CONST=value,...`) set, then restored."""
@@ -121,26 +141,14 @@ def _knob_variant(args: Any, loaded: Any, settings: str) -> dict[str, Any]:
         setattr(module, const, type(getattr(module, const))(int(value)))
     try:
         count = args.steps[0]
-        runner = JaxRunner(
-            loaded,
-            num_slots=args.slots,
-            prefill_buckets=[128],
-            kv_buckets=[args.kv],
-            batch_buckets=[1],
-            decode_steps=count,
-            decode_attention=args.decode_attention,
-        )
+        runner = _runner(args, loaded, count)
         t = time.monotonic()
         rows = runner.batch_buckets[0]
         program = runner.compile_program("steps", rows, args.kv)
         out: dict[str, Any] = {"compile_s": round(time.monotonic() - t, 1)}
-        tokens = np.full(rows, 65, np.int32)
-        positions = np.full(rows, -1, np.int32)
-        positions[0] = 600
-        slots = np.full(rows, args.slots, np.int32)
-        slots[0] = 0
-        banned = np.full((rows, 8), loaded.spec.vocab_size, np.int32)
-        left = np.zeros(rows, np.int32)
+        tokens, positions, slots, banned, left = _one_request(
+            rows, args.slots, loaded.spec.vocab_size
+        )
         state = {"cache": runner.cache}
 
         def several() -> Any:
@@ -214,15 +222,7 @@ def main() -> int:
         max_model_len=args.max_len,
         served_name=None,
     )
-    runner = JaxRunner(
-        loaded,
-        num_slots=args.slots,
-        prefill_buckets=[128],
-        kv_buckets=[args.kv],
-        batch_buckets=[1],
-        decode_steps=args.steps[0],
-        decode_attention=args.decode_attention,
-    )
+    runner = _runner(args, loaded, args.steps[0])
     result["load_s"] = time.monotonic() - t0
     t1 = time.monotonic()
     rows = runner.batch_buckets[0]
@@ -237,14 +237,7 @@ def main() -> int:
     params, bias = loaded.params, runner.bias
     result["argument_arrays"] = len(jax.tree_util.tree_leaves((params, runner.cache)))
     result["rows"] = rows
-    # one request (slot 0, position 600) and padding rows, as `JaxRunner.decode` pads
-    tokens = np.full(rows, 65, np.int32)
-    positions = np.full(rows, -1, np.int32)
-    positions[0] = 600
-    slots = np.full(rows, args.slots, np.int32)
-    slots[0] = 0
-    banned = np.full((rows, 8), loaded.spec.vocab_size, np.int32)
-    left = np.zeros(rows, np.int32)
+    tokens, positions, slots, banned, left = _one_request(rows, args.slots, loaded.spec.vocab_size)
     state: dict[str, Any] = {"cache": runner.cache, "token": jnp.asarray(tokens)}
 
     def synced() -> Any:
