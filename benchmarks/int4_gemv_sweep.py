@@ -10,8 +10,8 @@ torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
   at one row: the kernel no longer has it). The gate/up shapes run as the decode
   program runs them (norm scaled after the product, GELU pair), the rest as plain
   products, with dependent launch where the GPU has it;
-- 8 rows, `matmul_int4`: BLOCK_N 32-256, BLOCK_K 64-512, 4/8 warps; then split-K, then
-  stages, the same way.
+- 2-64 rows, `matmul_int4`: BLOCK_M 16 up to the rows' bucket (16, 32, 64), BLOCK_N
+  32-256, BLOCK_K 64-512, 4/8 warps; then split-K, then stages, the same way.
 
 Timings replay a CUDA graph of the launches over enough weight copies (>= 64 MB, at most
 160 launches) that the weights mostly come from HBM. "list" is the best of the
@@ -89,11 +89,21 @@ def gemv_tiles() -> list[triton.Config]:
     return out
 
 
-def matmul_tiles() -> list[triton.Config]:
+def row_bucket(rows: int) -> int:
+    """The row bucket `kernels` keys `matmul_int4`'s autotuning by."""
+    return 16 if rows <= 16 else (32 if rows <= 32 else 64)
+
+
+def matmul_tiles(rows: int) -> list[triton.Config]:
+    """Phase 1 at 2-64 rows: row tiles up to the bucket (one tile of all the rows
+    dequantizes each weight tile once), output tiles x input chunks x warps."""
     out = []
-    for bn, bk, w in itertools.product((32, 64, 128, 256), (64, 128, 256, 512), (4, 8)):
-        if bn * bk <= 32768:
-            meta = {"BLOCK_M": 16, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1}
+    block_ms = [bm for bm in (16, 32, 64) if bm <= row_bucket(rows)]
+    for bm, bn, bk, w in itertools.product(
+        block_ms, (32, 64, 128, 256), (64, 128, 256, 512), (4, 8)
+    ):
+        if bn * bk <= 32768 and bm * bk <= 16384:
+            meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1}
             out.append(_cfg(meta, w, 3))
     return out
 
@@ -172,8 +182,7 @@ class Shape:
         )
 
     def matmul_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
-        bucket = 16 if self.rows <= 16 else (32 if self.rows <= 32 else 64)
-        extra = (self.rows, self.n, self.k, bucket)
+        extra = (self.rows, self.n, self.k, row_bucket(self.rows))
         return (self.x, *w, self.y, self.part, self.counts, *extra, GROUP)
 
     def warmup(self, config: triton.Config) -> None:
@@ -257,7 +266,7 @@ def _list_configs(shape: Shape) -> list[triton.Config]:
     """The configurations the autotuner tries for this shape today."""
     if shape.rows == 1:
         return triton_int4.GEMV_INT4_CONFIGS
-    named = {"N": shape.n, "K": shape.k, "M": shape.rows, "M_BUCKET": 16}
+    named = {"N": shape.n, "K": shape.k, "M": shape.rows, "M_BUCKET": row_bucket(shape.rows)}
     return triton_int4._prune_splits(triton_int4.MATMUL_INT4_CONFIGS, named)
 
 
@@ -287,7 +296,7 @@ def sweep(
         shape.refs = shape.references()
     plan = []
     for shape in shapes:
-        tiles = gemv_tiles() if shape.rows == 1 else matmul_tiles()
+        tiles = gemv_tiles() if shape.rows == 1 else matmul_tiles(shape.rows)
         tiles = tiles[:: len(tiles) // 3] if few else tiles
         plan += [(shape, c) for c in [*_list_configs(shape), *tiles]]
     run(plan, "tiles")

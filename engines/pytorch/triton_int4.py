@@ -24,9 +24,10 @@ every run, so greedy text repeats. At one row no split won on any E2B shape in
 `benchmarks/int4_gemv_sweep.py` (narrow rows of whole 2,048-input chunks fill the SMs
 instead), so `gemv_int4` has none.
 
-The configuration lists are that sweep's suggestions (records:
+The configuration lists are that sweep's suggestions at 1, 8 and 64 rows (records:
 `benchmarks/records/2026-12-02-h200-int4-sweep.md`): short, since the autotuner times
-every entry at each new shape while the server captures its graphs.
+every entry at each new shape while the server captures its graphs (`_prune_splits`
+drops row tiles past a bucket's rows, so 2-16 rows see only the 16-row tiles).
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
@@ -257,6 +258,17 @@ MATMUL_INT4_CONFIGS = [
         (32, 64, 128, 4, 4, 3),
         (64, 128, 128, 1, 8, 3),
         (64, 128, 128, 4, 8, 3),
+        # the 64-row sweep's suggestions (row tiles of 32 and 64: a weight tile
+        # dequantized once for more rows)
+        (32, 64, 256, 1, 4, 3),
+        (64, 64, 64, 1, 8, 3),
+        (32, 64, 128, 8, 4, 1),
+        (16, 32, 64, 8, 4, 4),
+        (32, 64, 128, 4, 4, 1),
+        (64, 64, 64, 2, 8, 3),
+        (32, 32, 128, 1, 4, 3),
+        (64, 128, 64, 1, 4, 1),
+        (64, 32, 128, 1, 8, 3),
     )
 ]
 

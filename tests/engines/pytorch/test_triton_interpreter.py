@@ -269,7 +269,8 @@ def test_tuned_configs_lists_the_int4_kernels_choices() -> None:
     tuner = triton_int4.matmul_int4
     saved = dict(tuner.cache)
     try:
-        tuner.cache[(64, 1536, 12288, 32)] = triton_int4.MATMUL_INT4_CONFIGS[-1]
+        split4 = next(c for c in triton_int4.MATMUL_INT4_CONFIGS if c.kwargs["SPLIT_K"] == 4)
+        tuner.cache[(64, 1536, 12288, 32)] = split4
         chosen = kernels.tuned_configs()
     finally:
         tuner.cache.clear()
