@@ -488,18 +488,18 @@ class JaxRunner:
         """`decode_greedy`'s call, queued on the device and not waited for. `tokens` may be
         an earlier call's `PendingSteps.last` for the same slots: the call then follows
         that one on the device, so the host prepares it while the device runs the other."""
-        fed = tokens if isinstance(tokens, jax.Array) else None
-        host_tokens = [0] * len(slots) if isinstance(tokens, jax.Array) else tokens
-        b, rows = self._rows(slots, host_tokens, positions)
+        fed: tuple[Any, ...]
+        if isinstance(tokens, jax.Array):
+            b, rows = self._rows(slots, [0] * len(slots), positions)
+            fed = (tokens, *rows[1:])
+        else:
+            b, fed = self._rows(slots, tokens, positions)
         k = self._kv_bucket(min(max(positions) + self.steps, self.max_len))
         pad_left = np.zeros(b, np.int32)
         pad_left[: len(slots)] = min_left
         bans = (self._bans(b, always), self._bans(b, until))
         program = self._steps[(b, k)]
-        fed_rows = (fed if fed is not None else rows[0], *rows[1:])
-        self.cache, out = program(
-            self.loaded.params, self.cache, *fed_rows, self.bias, *bans, pad_left
-        )
+        self.cache, out = program(self.loaded.params, self.cache, *fed, self.bias, *bans, pad_left)
         return PendingSteps(out, len(slots))
 
 

@@ -33,7 +33,7 @@ from engines.serving.requests import Deliver, GenerationRequest
 
 log = logging.getLogger(__name__)
 
-MAX_CALLS_AHEAD = 1024  # a bound on one run of queued calls (each re-checks the inbox)
+MAX_CALLS_AHEAD = 1024  # calls queued ahead in one run at most (each re-checks the inbox)
 
 
 @dataclass
@@ -215,10 +215,10 @@ class JaxScheduler(BatchLoop[_Sequence]):
         fed: list[int] | jax.Array = [seq.output_ids[-1] for seq in rows]
         pending: PendingSteps | None = None
         t0 = time.perf_counter()
-        for _ in range(MAX_CALLS_AHEAD):
+        for call in range(MAX_CALLS_AHEAD + 1):
             try:
                 ahead = None
-                if pending is None or self._may_run_ahead(rows):
+                if pending is None or (call < MAX_CALLS_AHEAD and self._may_run_ahead(rows)):
                     ahead = self.runner.start_greedy(slots, fed, positions, always, until, left)
                 out = pending.tokens() if pending is not None else None
             except Exception as e:
@@ -233,8 +233,6 @@ class JaxScheduler(BatchLoop[_Sequence]):
             pending, fed = ahead, ahead.last
             positions = [p + steps for p in positions]
             left = [n - steps for n in left]
-        if pending is not None:
-            self._accept_steps(rows, pending.tokens(), t0)
 
     def _may_run_ahead(self, rows: list[_Sequence]) -> bool:
         """Whether to queue another call for the same rows before the one in flight is
