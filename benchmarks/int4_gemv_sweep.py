@@ -89,16 +89,11 @@ def gemv_tiles() -> list[triton.Config]:
     return out
 
 
-def row_bucket(rows: int) -> int:
-    """The row bucket `kernels` keys `matmul_int4`'s autotuning by."""
-    return 16 if rows <= 16 else (32 if rows <= 32 else 64)
-
-
 def matmul_tiles(rows: int) -> list[triton.Config]:
     """Phase 1 at 2-64 rows: row tiles up to the bucket (one tile of all the rows
     dequantizes each weight tile once), output tiles x input chunks x warps."""
     out = []
-    block_ms = [bm for bm in (16, 32, 64) if bm <= row_bucket(rows)]
+    block_ms = [bm for bm in (16, 32, 64) if bm <= kernels.matmul_int4_bucket(rows)]
     for bm, bn, bk, w in itertools.product(
         block_ms, (32, 64, 128, 256), (64, 128, 256, 512), (4, 8)
     ):
@@ -182,7 +177,7 @@ class Shape:
         )
 
     def matmul_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
-        extra = (self.rows, self.n, self.k, row_bucket(self.rows))
+        extra = (self.rows, self.n, self.k, kernels.matmul_int4_bucket(self.rows))
         return (self.x, *w, self.y, self.part, self.counts, *extra, GROUP)
 
     def warmup(self, config: triton.Config) -> None:
@@ -266,7 +261,8 @@ def _list_configs(shape: Shape) -> list[triton.Config]:
     """The configurations the autotuner tries for this shape today."""
     if shape.rows == 1:
         return triton_int4.GEMV_INT4_CONFIGS
-    named = {"N": shape.n, "K": shape.k, "M": shape.rows, "M_BUCKET": row_bucket(shape.rows)}
+    bucket = kernels.matmul_int4_bucket(shape.rows)
+    named = {"N": shape.n, "K": shape.k, "M": shape.rows, "M_BUCKET": bucket}
     return triton_int4._prune_splits(triton_int4.MATMUL_INT4_CONFIGS, named)
 
 

@@ -126,11 +126,16 @@ def _matmul(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     return F.linear(x, dense(weight, x.dtype))
 
 
+def matmul_int4_bucket(rows: int) -> int:
+    """The row bucket `matmul_int4`'s autotuner keys its choice by (16, 32 or 64)."""
+    return 16 if rows <= 16 else (32 if rows <= 32 else 64)
+
+
 def _launch_matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     m, k = x.shape
     n = packed.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    bucket = 16 if m <= 16 else (32 if m <= 32 else 64)
+    bucket = matmul_int4_bucket(m)
     _kernel("matmul_int4")[
         lambda meta: (-(-m // meta["BLOCK_M"]), -(-n // meta["BLOCK_N"]), meta["SPLIT_K"])
     ](
