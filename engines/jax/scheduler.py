@@ -218,6 +218,8 @@ class JaxScheduler(BatchLoop[_Sequence]):
         for call in range(MAX_CALLS_AHEAD + 1):
             try:
                 ahead = None
+                if pending is not None:
+                    self._between_calls()
                 if pending is None or (call < MAX_CALLS_AHEAD and self._may_run_ahead(rows)):
                     ahead = self.runner.start_greedy(slots, fed, positions, always, until, left)
                 out = pending.tokens() if pending is not None else None
@@ -234,15 +236,18 @@ class JaxScheduler(BatchLoop[_Sequence]):
             positions = [p + steps for p in positions]
             left = [n - steps for n in left]
 
+    def _between_calls(self) -> None:
+        """Hand out what is queued, take new requests and aborts, and report the queues:
+        a run of queued calls can be a whole request long."""
+        self._flush()
+        self._take_inbox(block=False)
+        self.metrics.set_queues(len(self._running), len(self._waiting))
+
     def _may_run_ahead(self, rows: list[_Sequence]) -> bool:
         """Whether to queue another call for the same rows before the one in flight is
         read: only while every row is still running and no request waits to join (a new
         one waits for the call in flight and this one), and while some row has a call's
-        worth of tokens left after the one in flight. Hands out what is queued and takes
-        new requests and aborts first (a run of calls can be a whole request long)."""
-        self._flush()
-        self._take_inbox(block=False)
-        self.metrics.set_queues(len(self._running), len(self._waiting))
+        worth of tokens left after the one in flight."""
         if self._waiting or any(seq.done for seq in rows):
             return False
         steps = self.runner.steps

@@ -102,6 +102,7 @@ def test_what_stops_running_ahead(runner: JaxRunner) -> None:
     rows = [seq]
     assert scheduler._may_run_ahead(rows)
     scheduler.submit(GenerationRequest("b", (1, 2, 3), params), object())
+    scheduler._between_calls()
     assert not scheduler._may_run_ahead(rows)  # a request waits to join
     scheduler._waiting.clear()
     seq.output_ids = [5] * (100 - 2 * STEPS + 1)  # one call in flight would leave < a call
