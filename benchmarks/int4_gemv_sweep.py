@@ -7,11 +7,12 @@ torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 - one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then one scale
   per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
   the best configurations (split-K 2-16 was tried too, at commit aa41ba2, and never won
-  at one row: the kernel no longer has it). The gate/up shapes run as the decode
-  program runs them (norm scaled after the product, GELU pair), the rest as plain
-  products, with dependent launch where the GPU has it;
+  at one row: the kernel no longer has it). Each shape runs in its decode program's form
+  (`NORMED`, `PAIRED`), with dependent launch where the GPU has it;
 - 2-64 rows, `matmul_int4`: BLOCK_M 16 up to the rows' bucket (16, 32, 64), BLOCK_N
-  32-256, BLOCK_K 64-512, 4/8 warps; then split-K, then stages, the same way.
+  32-256, BLOCK_K 64-512, 4/8 warps, values made in float32 and converted; then the
+  best tiles with the values made two at a time in 16-bit halves (`PAIRS`), then
+  split-K, then stages, the same way.
 
 Timings replay a CUDA graph of the launches over enough weight copies (>= 64 MB, at most
 160 launches) that the weights mostly come from HBM. "list" is the best of the
@@ -36,6 +37,7 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,8 +53,12 @@ STREAM_BYTES = 64 << 20
 MAX_COPIES = 160
 MAX_SPLIT = 8
 # The decode program's form of each shape at one row (prologue, epilogue): the merged
-# gate/up projections end in their GELU pair; the rest are timed as plain products.
+# gate/up projections end in their GELU pair, and they, q/k/v and the LM head start with
+# the RMSNorm scaled after the product (`programs`, epilogues on); the per-layer gate
+# (a residual step before, a GELU times the per-layer input after) is left to the
+# autotuner in place; the rest are plain products.
 PAIRED = {"gate_up", "gate_up double"}
+NORMED = {"qkv sliding", "qkv full", "q sliding (shared KV)", "q full (shared KV)", "lm head"}
 
 
 # Two small shapes for `--dry-run`: a plain product and a gate/up pair.
@@ -71,10 +77,7 @@ def _cfg(meta: dict[str, Any], warps: int, stages: int) -> triton.Config:
     return triton.Config(dict(meta), num_warps=warps, num_stages=stages)
 
 
-def _label(config: triton.Config) -> str:
-    meta = config.kwargs
-    parts = [f"{k.lower()}={int(v) if isinstance(v, bool) else v}" for k, v in meta.items()]
-    return ",".join(parts) + f",w={config.num_warps},s={config.num_stages}"
+_label = triton_int4.config_label
 
 
 def gemv_tiles() -> list[triton.Config]:
@@ -121,6 +124,7 @@ class Shape:
         # The interpreter's bfloat16 tl.dot is not faithful: a dry run uses float16.
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float16
         self.paired = rows == 1 and name in PAIRED
+        self.normed = rows == 1 and (name in NORMED or self.paired)
         self.n_out = n // 2 if self.paired else n
         self.int4_bytes = n * k // 2 + n * (k // GROUP) * 2
         self.dense_bytes = n * k * 2
@@ -138,12 +142,13 @@ class Shape:
         self.counts = torch.zeros(1 << 18, device=dev, dtype=torch.int32)
         self.pdl = dependent_launch.enabled(dev)
         wf = kernels.dense((packed, scale), torch.float32)
+        inputs = self.x.float()
+        if self.normed:
+            inputs = torch.rms_norm(inputs, (k,), self.nw.float(), 1e-6)
+        self.ref = inputs @ wf.T
         if self.paired:
-            normed = torch.rms_norm(self.x.float(), (k,), self.nw.float(), 1e-6)
-            gate, up = (normed @ wf.T).chunk(2, dim=-1)
+            gate, up = self.ref.chunk(2, dim=-1)
             self.ref = F.gelu(gate, approximate="tanh") * up
-        else:
-            self.ref = self.x.float() @ wf.T
 
     def gemv_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
         x = self.x
@@ -151,7 +156,7 @@ class Shape:
 
     def gemv_kwargs(self, config: triton.Config) -> dict[str, Any]:
         return {
-            "PROLOGUE": kernels.RMS_NORM_AFTER if self.paired else kernels.PLAIN,
+            "PROLOGUE": kernels.RMS_NORM_AFTER if self.normed else kernels.PLAIN,
             "SCALE": False,
             "EPILOGUE": kernels.GELU_PAIR if self.paired else kernels.NO_EPILOGUE,
             "PDL": self.pdl,
@@ -301,6 +306,10 @@ def sweep(
         plan = [(s, _with(c, GROUP_SCALES=True)) for s in shapes for c in best(s, top)]
         run(plan, "group scales")
     else:
+        # The same tiles with the values made two at a time (`PAIRS`), on each shape's best.
+        top = 1 if few else 6
+        plan = [(s, _with(c, PAIRS=True)) for s in shapes for c in best(s, top)]
+        run(plan, "pairs")
         top = 1 if few else 4
         splits = (2, 4, 8)
         plan = [(s, _with(c, SPLIT_K=k)) for s in shapes for c in best(s, top) for k in splits]
@@ -336,7 +345,9 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     out: dict[str, Any] = {"rows": rows, "suggested": suggested, "shapes": []}
-    totals = {"bf16": 0.0, "tinygemm": 0.0, "list": 0.0, "suggested": 0.0, "best": 0.0}
+    totals = dict.fromkeys(
+        ("bf16", "tinygemm", "list", "suggested", "best", "best_float_dequant"), 0.0
+    )
     for s in shapes:
         timed = {label: r for label, r in s.results.items() if "us" in r}
         if not timed:
@@ -345,6 +356,8 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
         pick = min((timed[c] for c in listed if c in timed), key=lambda r: r["us"], default=None)
         sugg = min((timed[c] for c in suggested if c in timed), key=lambda r: r["us"])
         top = min(timed.values(), key=lambda r: r["us"])
+        floats = [r for r in timed.values() if not r["meta"].kwargs.get("PAIRS")]
+        top_float = min(floats, key=lambda r: r["us"], default=top)
         refs = s.refs
         figures = {
             "bf16": refs.get("bf16_us", math.nan),
@@ -352,6 +365,7 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
             "list": pick["us"] if pick else math.nan,
             "suggested": sugg["us"],
             "best": top["us"],
+            "best_float_dequant": top_float["us"],
         }
         for key, value in figures.items():
             totals[key] += s.count * value / 1e3
@@ -367,6 +381,7 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
                 "paired": s.paired, "copies": s.copies, "int4_bytes": s.int4_bytes,
                 **refs, "list_pick": pick and {k: pick[k] for k in ("config", "us", "gb_s")},
                 "best": {k: top[k] for k in ("config", "us", "gb_s")},
+                "best_float_dequant": {k: top_float[k] for k in ("config", "us", "gb_s")},
                 "timings": [
                     {k: v for k, v in r.items() if k != "meta"} for r in s.results.values()
                 ],
@@ -381,6 +396,32 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
     return out, lines
 
 
+def pin(table_path: str, gpu: str, shapes: list[Shape]) -> int:
+    """Writes each shape's best configuration into the engine's pinned table for `gpu`
+    (`triton_int4.PINNED_PATH`'s format; other GPUs and keys kept); returns how many."""
+    path = Path(table_path)
+    tables = json.loads(path.read_text()) if path.exists() else {}
+    for s in shapes:
+        timed = [r for r in s.results.values() if "us" in r]
+        if not timed:
+            continue
+        best = min(timed, key=lambda r: r["us"])["config"]
+        if s.rows == 1:
+            prologue = kernels.RMS_NORM_AFTER if s.normed else kernels.PLAIN
+            epilogue = kernels.GELU_PAIR if s.paired else kernels.NO_EPILOGUE
+            key = triton_int4.gemv_key(s.n_out, s.k, prologue, epilogue, GROUP)
+            kernel = "gemv_int4"
+        else:
+            bucket = kernels.matmul_int4_bucket(s.rows)
+            kernel, key = "matmul_int4", triton_int4.matmul_key(bucket, s.n, s.k, GROUP)
+        tables.setdefault(gpu, {}).setdefault(kernel, {})[key] = best
+    for kernels_of_gpu in tables.values():  # stable order: a reviewable diff
+        for name, entries in kernels_of_gpu.items():
+            kernels_of_gpu[name] = dict(sorted(entries.items()))
+    path.write_text(json.dumps(tables, indent=1, sort_keys=True) + "\n")
+    return sum(1 for s in shapes if any("us" in r for r in s.results.values()))
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m benchmarks.int4_gemv_sweep", description=__doc__)
     p.add_argument("--out")
@@ -389,6 +430,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--list-size", type=int, default=8)
     p.add_argument("--shapes", help="comma-separated projection names (default: all)")
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
+    p.add_argument(
+        "--table",
+        help="write each shape's best configuration into this pinned table "
+        "(the engine's: engines/pytorch/int4_configs.json)",
+    )
     args = p.parse_args(argv)
     dev = torch.device("cpu" if args.dry_run else "cuda")
     catalogue = TINY_SHAPES if args.dry_run else SHAPES
@@ -413,6 +459,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result[f"rows_{rows}"] = out
         all_lines += lines
         print("\n".join(lines), flush=True)
+        if args.table:
+            print(f"rows {rows}: {pin(args.table, gpu, shapes)} shapes pinned in {args.table}")
         if args.out:  # after each row count: a stopped run keeps what it measured
             with open(args.out, "w") as f:
                 json.dump(result, f, indent=1, default=str)

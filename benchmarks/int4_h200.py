@@ -10,6 +10,7 @@ Timings replay a CUDA graph of the products over enough weight copies (>= 256 MB
 the L2 cache cannot serve them (`benchmarks.gemv_h200`).
 
     python -m benchmarks.int4_h200 [--out result.json] [--batches 1,8,64]
+    python -m benchmarks.int4_h200 --dequantize   # the prefill's dense weights, two ways
 
 Prints a table; needs a CUDA device with Triton.
 """
@@ -138,11 +139,51 @@ def shape_times(n: int, k: int, rows: int) -> dict[str, Any]:
     return out
 
 
+def dequantize_times() -> dict[str, Any]:
+    """One decode step's weights made dense (what a prefill of more rows than
+    `matmul_int4` takes multiplies): the CUDA kernel `kernels.dense` runs against the
+    torch form (`int4.dequantize`, which the CPU runs), ms for all 241 weights."""
+    dtype = torch.bfloat16
+    out: dict[str, Any] = {}
+    for form, fn in (
+        ("triton_kernel", lambda q: kernels.dense(q, dtype)),
+        ("torch_ops", lambda q: int4.dequantize(q[0], q[1], dtype)),
+    ):
+        total = 0.0
+        for name, n, k, count in SHAPES:
+            q = int4.quantize(torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5, GROUP)
+            fn(q)
+            # Several launches queued before timing: the device's time, not the host's.
+            torch.cuda.synchronize()
+            torch.cuda._sleep(20_000_000)
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(5):
+                fn(q)
+            end.record()
+            torch.cuda.synchronize()
+            ms = start.elapsed_time(end) / 5
+            total += ms * count
+            if name == "lm head":
+                out[f"{form}_lm_head_gb_s"] = (n * k * 2 + n * k // 2) / ms / 1e6
+        out[f"{form}_ms"] = total
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(prog="python -m benchmarks.int4_h200", description=__doc__)
     p.add_argument("--out")
     p.add_argument("--batches", default="1,8,64")
+    p.add_argument(
+        "--dequantize", action="store_true", help="only time making one step's weights dense"
+    )
     args = p.parse_args(argv)
+    if args.dequantize:
+        times = dequantize_times()
+        print(f"one step's weights made dense (bf16, {GROUP}-groups): " + ", ".join(
+            f"{name} {value:.2f}" for name, value in times.items()
+        ))
+        return times
     batches = [int(b) for b in args.batches.split(",") if b]
     bw = copy_bandwidth(torch.device("cuda"), nbytes=1 << 30)
     result: dict[str, Any] = {

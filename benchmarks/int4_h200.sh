@@ -13,6 +13,10 @@
 #   sweep:  the engine's CUDA tests, then `benchmarks.int4_gemv_sweep` (every block shape
 #           of a wide grid on each projection shape, 1 and 8 rows) within SWEEP_S seconds
 #           (default 200), then the projections benchmark at one row if BUDGET_S allows;
+#   table:  the int4 CUDA tests, the dequantize kernel timed against torch's form, then
+#           the sweep at ROWS (default 1,8,64) within SWEEP_S seconds (default 400),
+#           writing each shape's best into $OUT/int4_configs.json (the engine's pinned
+#           table, with its other entries);
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
@@ -21,7 +25,7 @@
 # Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh);
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
-#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|sweep|all
+#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|sweep|table|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -49,6 +53,18 @@ sweep)
       --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
     echo "layers exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -8
   fi
+  ;;
+table)
+  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_int4_cuda.py \
+    > "$OUT/cuda-tests.log" 2>&1
+  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  timeout 60 python3 -m benchmarks.int4_h200 --dequantize > "$OUT/dequantize.log" 2>&1
+  echo "dequantize exit: $?"; cat "$OUT/dequantize.log" | tail -5
+  cp engines/pytorch/int4_configs.json "$OUT/int4_configs.json" 2>/dev/null
+  timeout $(( ${SWEEP_S:-400} + 40 )) python3 -m benchmarks.int4_gemv_sweep \
+    --rows "${ROWS:-1,8,64}" --budget-s "${SWEEP_S:-400}" --out "$OUT/sweep.json" \
+    --table "$OUT/int4_configs.json" > "$OUT/sweep.log" 2>&1
+  echo "sweep exit: $? at ${SECONDS}s"; grep "^rows\|^\[" "$OUT/sweep.log"
   ;;
 all)
   if [ -z "${SKIP_LAYERS:-}" ]; then

@@ -42,8 +42,9 @@ Int4 weights (`int4`: the pair (packed, scale)) take the same entry points: at b
 `gemv_int4`, the same prologues and epilogues over int4 rows; for 2 to 64 rows
 `matmul_int4`, the int4 tile dequantized in registers for the tensor cores, with a
 deterministic split-K for narrow outputs (both in `triton_int4`); more rows (prefill) and
-the CPU dequantize and run the dense product. Measured against bf16 and torch's own int4
-kernel in `benchmarks/records/2026-12-0*-h200-int4*.md`.
+the CPU dequantize and run the dense product (on CUDA through
+`triton_int4.dequantize_int4`, bit for bit the CPU's `int4.dequantize`). Measured against
+bf16 and torch's own int4 kernel in `benchmarks/records/2026-12-0*-h200-int4*.md`.
 
 Triton is imported only when a CUDA call needs a kernel; CPU runs never touch it.
 """
@@ -108,12 +109,53 @@ def _shape(weight: Weight) -> tuple[int, int]:
 
 
 def dense(weight: Weight, dtype: torch.dtype) -> torch.Tensor:
-    """The weight as a dense (N, K) matrix in `dtype` (int4: q * scale)."""
+    """The weight as a dense (N, K) matrix in `dtype` (int4: q * scale, the same bits on
+    CUDA, through `triton_int4.dequantize_int4`, as on the CPU)."""
     if isinstance(weight, tuple):
+        if weight[0].device.type == "cuda":
+            return _dequantize_int4_op(weight[0], weight[1], dtype)
         from engines.pytorch import int4
 
         return int4.dequantize(weight[0], weight[1], dtype)
     return weight.to(dtype)
+
+
+# One program dequantizes a (32, 256) tile: a copy-bound kernel, not tuned.
+_DEQUANTIZE_BLOCK_N, _DEQUANTIZE_BLOCK_K = 32, 256
+
+
+def _launch_dequantize_int4(
+    packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, pairs: bool = True
+) -> torch.Tensor:
+    n, k = packed.shape[0], packed.shape[1] * 8
+    w = torch.empty(n, k, dtype=dtype, device=packed.device)
+    grid = (-(-n // _DEQUANTIZE_BLOCK_N), -(-k // _DEQUANTIZE_BLOCK_K))
+    _kernel("dequantize_int4")[grid](
+        packed,
+        scale,
+        w,
+        n,
+        k,
+        GROUP=k // scale.shape[1],
+        BLOCK_N=_DEQUANTIZE_BLOCK_N,
+        BLOCK_K=_DEQUANTIZE_BLOCK_K,
+        PAIRS=pairs,
+    )
+    return w
+
+
+@torch.library.custom_op("llm_serving_bench::dequantize_int4", mutates_args=())
+def _dequantize_int4_op(
+    packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    return _launch_dequantize_int4(packed, scale, dtype)
+
+
+@_dequantize_int4_op.register_fake
+def _dequantize_int4_shape(
+    packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    return packed.new_empty(packed.shape[0], packed.shape[1] * 8, dtype=dtype)
 
 
 def _matmul(x: torch.Tensor, weight: Weight) -> torch.Tensor:

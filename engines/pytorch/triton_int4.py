@@ -1,6 +1,8 @@
 """The Triton source of the engine's int4 (W4A16) products, driven by `kernels`:
 `gemv_int4` (one row: `triton_kernels.gemv`'s prologues, epilogues, codes and roundings
-over int4 weights) and `matmul_int4` (2 to 64 rows, on the tensor cores).
+over int4 weights), `matmul_int4` (2 to 64 rows, on the tensor cores) and
+`dequantize_int4` (the dense weight a longer prefill multiplies through cuBLAS); and
+which configuration each runs (the autotuner's lists, the pinned tables).
 
 The weights stay in compressed-tensors' layout (`int4`: element 8j + i in bits 4i..4i+3
 of int32 word j of its row, stored q + 8; one scale per GROUP inputs), read as whole
@@ -13,6 +15,10 @@ words, coalesced along each row. Two choices make the unpacking cheap:
   instead of eight strided passes that each redo the prologue. `matmul_int4` instead
   interleaves the eight dequantized nibble tiles back into input order (in registers)
   for `tl.dot`.
+`matmul_int4` and `dequantize_int4` make 16-bit values, and may make them two at a time
+(`PAIRS`, `_dequantized_pairs`: fewer instructions a value in the loop, the same
+bits), and load one scale a group, repeated in registers (`_chunk_scales`): one 2-byte
+load a word stalled every chunk (records: `2026-12-02-h200-int4-pairs.md`).
 
 Split-K (`matmul_int4`): a narrow output over a long input (down: 1,536 outputs of
 12,288 inputs) gives too few output tiles to fill the SMs, so such shapes may also split
@@ -25,12 +31,18 @@ every run, so greedy text repeats. At one row no split won on any E2B shape in
 instead), so `gemv_int4` has none.
 
 The configuration lists are that sweep's suggestions at 1, 8 and 64 rows (records:
-`benchmarks/records/2026-12-02-h200-int4-sweep.md`): short, since the autotuner times
-every entry at each new shape while the server captures its graphs (`_prune_splits`
-drops row tiles past a bucket's rows, so 2-16 rows see only the 16-row tiles).
+`benchmarks/records/2026-12-02-h200-int4-sweep.md`, `-int4-pairs.md`): short, since the
+autotuner times every entry at each new shape while the server captures its graphs
+(`_prune_splits` drops row tiles past a bucket's rows, so 2-16 rows see only the 16-row
+tiles). On a GPU model the pinned tables name (`PINNED_PATH`), a shape they hold gets
+only its pinned configuration.
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
+import functools
+import json
+from pathlib import Path
+
 import triton
 import triton.language as tl
 
@@ -46,6 +58,75 @@ from engines.pytorch.triton_kernels import (
 SPLIT_BELOW_PROGRAMS = 264
 # The partial-sum workspace is sized for the largest split of any configuration.
 MAX_SPLIT_K = 8
+
+
+# Per GPU model, the configuration `benchmarks/int4_gemv_sweep.py` measured best for each
+# of E2B's shapes (`--table`): the autotuner then times that one configuration instead of
+# the list, so a server starts sooner and every machine of that model makes the same
+# choice, hence the same sums (the autotuner's own pick varies with timing noise). Other
+# GPUs and shapes fall back to the list.
+PINNED_PATH = Path(__file__).with_name("int4_configs.json")
+_FLAGS = ("GROUP_SCALES", "PAIRS")
+
+
+def config_label(config: triton.Config) -> str:
+    """`block_n=16,block_k=512,group_scales=1,w=2,s=2`: a configuration as the sweep's
+    records and the pinned tables write it."""
+    meta = config.kwargs
+    parts = [f"{k.lower()}={int(v) if isinstance(v, bool) else v}" for k, v in meta.items()]
+    return ",".join(parts) + f",w={config.num_warps},s={config.num_stages}"
+
+
+def config_from_label(label: str) -> triton.Config:
+    fields = dict(part.split("=") for part in label.split(","))
+    warps, stages = int(fields.pop("w")), int(fields.pop("s"))
+    meta = {
+        key.upper(): bool(int(value)) if key.upper() in _FLAGS else int(value)
+        for key, value in fields.items()
+    }
+    return triton.Config(meta, num_warps=warps, num_stages=stages)
+
+
+@functools.cache
+def _pinned_tables() -> dict:
+    return json.loads(PINNED_PATH.read_text()) if PINNED_PATH.exists() else {}
+
+
+@functools.cache
+def _pinned(gpu: str, kernel: str, key: str):
+    label = _pinned_tables().get(gpu, {}).get(kernel, {}).get(key)
+    return None if label is None else config_from_label(label)
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name()
+
+
+def gemv_key(n: int, k: int, prologue: int, epilogue: int, group: int) -> str:
+    """A pinned table's key for `gemv_int4` (outputs, inputs, prologue, epilogue, group):
+    a prologue changes what each program computes before and while it streams."""
+    return f"{n},{k},{prologue},{epilogue},{group}"
+
+
+def matmul_key(bucket: int, n: int, k: int, group: int) -> str:
+    """A pinned table's key for `matmul_int4` (row bucket, outputs, inputs, group)."""
+    return f"{bucket},{n},{k},{group}"
+
+
+def _prune_gemv(configs: list, named_args: dict, **kwargs: object) -> list:
+    forms = (int(kwargs[name]) for name in ("PROLOGUE", "EPILOGUE", "GROUP"))  # type: ignore[call-overload]
+    key = gemv_key(named_args["N"], named_args["K"], *forms)
+    pinned = _pinned(_gpu_name(), "gemv_int4", key)
+    return configs if pinned is None else [pinned]
+
+
+def _prune_matmul(configs: list, named_args: dict, **kwargs: object) -> list:
+    group = int(kwargs["GROUP"])  # type: ignore[call-overload]
+    key = matmul_key(named_args["M_BUCKET"], named_args["N"], named_args["K"], group)
+    pinned = _pinned(_gpu_name(), "matmul_int4", key)
+    return _prune_splits(configs, named_args) if pinned is None else [pinned]
 
 
 def _prune_splits(configs: list, named_args: dict, **kwargs: object) -> list:
@@ -171,6 +252,7 @@ def _finish(
 @triton.autotune(
     configs=GEMV_INT4_CONFIGS,
     key=["N", "K", "PROLOGUE", "SCALE", "EPILOGUE", "GROUP"],
+    prune_configs_by={"early_config_prune": _prune_gemv},
     cache_results=True,
 )
 @triton.jit
@@ -245,30 +327,27 @@ def gemv_int4(
 
 MATMUL_INT4_CONFIGS = [
     triton.Config(
-        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk}, num_warps=w, num_stages=s
+        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "PAIRS": pairs},
+        num_warps=w,
+        num_stages=s,
     )
-    for bm, bn, bk, sk, w, s in (
-        (16, 32, 128, 1, 4, 3),
-        (16, 64, 128, 1, 4, 3),
-        (16, 64, 256, 1, 4, 3),
-        (16, 64, 128, 2, 4, 3),
-        (16, 64, 128, 4, 4, 3),
-        (16, 64, 128, 8, 4, 3),
-        (16, 32, 64, 8, 4, 3),
-        (32, 64, 128, 4, 4, 3),
-        (64, 128, 128, 1, 8, 3),
-        (64, 128, 128, 4, 8, 3),
-        # the 64-row sweep's suggestions (row tiles of 32 and 64: a weight tile
-        # dequantized once for more rows)
-        (32, 64, 256, 1, 4, 3),
-        (64, 64, 64, 1, 8, 3),
-        (32, 64, 128, 8, 4, 1),
-        (16, 32, 64, 8, 4, 4),
-        (32, 64, 128, 4, 4, 1),
-        (64, 64, 64, 2, 8, 3),
-        (32, 32, 128, 1, 4, 3),
-        (64, 128, 64, 1, 4, 1),
-        (64, 32, 128, 1, 8, 3),
+    # the sweep's suggestions at 8 rows, then at 64 (`-int4-group-scale-loads-sweep.json`)
+    for bm, bn, bk, sk, pairs, w, s in (
+        (16, 32, 256, 1, False, 4, 3),
+        (16, 32, 64, 8, True, 4, 4),
+        (16, 64, 256, 1, True, 4, 1),
+        (16, 64, 128, 8, True, 4, 3),
+        (16, 64, 128, 2, True, 4, 3),
+        (16, 32, 256, 1, True, 4, 1),
+        (16, 64, 128, 4, True, 4, 1),
+        (16, 64, 128, 8, True, 4, 4),
+        (32, 32, 256, 1, False, 4, 3),
+        (32, 64, 128, 8, True, 4, 1),
+        (64, 64, 128, 1, True, 4, 3),
+        (32, 64, 128, 4, True, 4, 1),
+        (32, 64, 256, 1, True, 4, 1),
+        (64, 128, 128, 1, True, 8, 1),
+        (32, 32, 512, 1, True, 4, 3),
     )
 ]
 
@@ -279,28 +358,98 @@ def _dequantized(packed, scale, i: tl.constexpr, dtype: tl.constexpr):
     return (_nibble_floats(packed, i) * (16.0 * scale) - 24.0 * scale).to(dtype)
 
 
+def _pairs_asm(base: int, one: int, minus_offset: int, fma: str) -> str:
+    # Nibbles (i, i + 4) of word $8 into the 16-bit halves of a pair of `base` (whose
+    # ulp is 1: 128 + u in bf16, 1024 + u in fp16, exactly), then (x - base - 8) by one
+    # fma.x2 (exact) and x * scale by another (x + -0 keeps a product's sign): rounded
+    # once, as (u - 8) * scale computed in float32 and rounded is.
+    pairs = "".join(
+        f"shr.u32 t, $8, {4 * i}; lop3.b32 t, t, 0x000F000F, {base:#x}, 0xEA; "
+        f"{fma} t, t, one, off; {fma} t, t, s2, zero; mov.b32 {{${i}, ${i + 4}}}, t; "
+        for i in range(4)
+    )
+    # fma.x2 takes registers only.
+    constants = f"mov.b32 one, {one:#x}; mov.b32 off, {minus_offset:#x}; mov.b32 zero, 0x80008000; "
+    return "{ .reg .b32 t, s2, one, off, zero; mov.b32 s2, {$9, $9}; " + constants + pairs + "}"
+
+
+@triton.constexpr_function
+def _pairs_fit(pairs: bool, scale_dtype: tl.dtype, dtype: tl.dtype) -> bool:
+    # `_dequantized_pairs` needs the scale and the values in one 16-bit float type.
+    return bool(pairs) and scale_dtype == dtype and dtype in (tl.bfloat16, tl.float16)
+
+
+# Per 16-bit type: the pair of bases (128.0, 1024.0), of 1.0, of -(base + 8), the fma.
+PAIR_FORMS = {
+    "bfloat16": (0x43004300, 0x3F803F80, 0xC308C308, "fma.rn.bf16x2"),
+    "float16": (0x64006400, 0x3C003C00, 0xE408E408, "fma.rn.f16x2"),
+}
+PAIRS_BF16 = tl.constexpr(_pairs_asm(*PAIR_FORMS["bfloat16"]))
+PAIRS_FP16 = tl.constexpr(_pairs_asm(*PAIR_FORMS["float16"]))
+
+
 @triton.jit
-def _dequantized_tile(packed, scale, dtype: tl.constexpr):
+def _dequantized_pairs(packed, scale):
+    # The eight q * scale of every word (`_pairs_asm`), in the scale's 16-bit dtype: four
+    # bit ops and two fma a pair of elements, against two bit ops, an fma and half a
+    # conversion an element for `_dequantized`.
+    return tl.inline_asm_elementwise(
+        PAIRS_BF16 if scale.dtype == tl.bfloat16 else PAIRS_FP16,
+        "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [packed, scale], dtype=(scale.dtype,) * 8,
+        is_pure=True, pack=1,
+    )  # fmt: skip
+
+
+@triton.jit
+def _dequantized_tile(packed, scale, dtype: tl.constexpr, PAIRS: tl.constexpr = False):
     # (outputs, words) -> (outputs, 8 * words) in input order. Element 8j + i is nibble i
     # of word j: interleaving nibbles (0,4), (2,6), (1,5), (3,7), then the pairs, then
-    # the halves, puts every nibble back at its input.
-    w0 = _dequantized(packed, scale, 0, dtype)
-    w1 = _dequantized(packed, scale, 1, dtype)
-    w2 = _dequantized(packed, scale, 2, dtype)
-    w3 = _dequantized(packed, scale, 3, dtype)
-    w4 = _dequantized(packed, scale, 4, dtype)
-    w5 = _dequantized(packed, scale, 5, dtype)
-    w6 = _dequantized(packed, scale, 6, dtype)
-    w7 = _dequantized(packed, scale, 7, dtype)
+    # the halves, puts every nibble back at its input. PAIRS: the scale is in `dtype`
+    # (16-bit) and `_dequantized_pairs` makes the values.
+    if PAIRS:
+        w0, w1, w2, w3, w4, w5, w6, w7 = _dequantized_pairs(packed, scale)
+    else:
+        scale32 = scale.to(tl.float32)
+        w0 = _dequantized(packed, scale32, 0, dtype)
+        w1 = _dequantized(packed, scale32, 1, dtype)
+        w2 = _dequantized(packed, scale32, 2, dtype)
+        w3 = _dequantized(packed, scale32, 3, dtype)
+        w4 = _dequantized(packed, scale32, 4, dtype)
+        w5 = _dequantized(packed, scale32, 5, dtype)
+        w6 = _dequantized(packed, scale32, 6, dtype)
+        w7 = _dequantized(packed, scale32, 7, dtype)
     evens = tl.interleave(tl.interleave(w0, w4), tl.interleave(w2, w6))
     odds = tl.interleave(tl.interleave(w1, w5), tl.interleave(w3, w7))
     return tl.interleave(evens, odds)
 
 
+@triton.jit
+def _chunk_scales(
+    ws_ptr, outs, out_ok, k0, K, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    # The scale of every word of a chunk (outputs, BLOCK_K / 8), loaded once a group and
+    # repeated in registers: a contiguous load the pipeline can copy ahead asynchronously,
+    # where one load a word (2 bytes, each scale four times) stalls every chunk.
+    WORDS: tl.constexpr = BLOCK_K // 8
+    if GROUP >= BLOCK_K:
+        scale = tl.load(ws_ptr + outs * (K // GROUP) + k0 // GROUP, mask=out_ok, other=0.0)
+        return tl.broadcast_to(scale[:, None], (BLOCK_N, WORDS))
+    GROUPS: tl.constexpr = BLOCK_K // GROUP
+    groups = k0 // GROUP + tl.arange(0, GROUPS)
+    scale = tl.load(
+        ws_ptr + outs[:, None] * (K // GROUP) + groups[None, :],
+        mask=out_ok[:, None] & (groups < K // GROUP)[None, :],
+        other=0.0,
+    )
+    repeated = tl.broadcast_to(scale[:, :, None], (BLOCK_N, GROUPS, GROUP // 8))
+    return tl.reshape(repeated, (BLOCK_N, WORDS))
+
+
 @triton.autotune(
     configs=MATMUL_INT4_CONFIGS,
     key=["M_BUCKET", "N", "K", "GROUP"],
-    prune_configs_by={"early_config_prune": _prune_splits},
+    prune_configs_by={"early_config_prune": _prune_matmul},
     cache_results=True,
 )
 @triton.jit
@@ -320,6 +469,7 @@ def matmul_int4(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    PAIRS: tl.constexpr = False,
 ):
     # Tiles of BLOCK_M rows by BLOCK_N outputs; each chunk's int4 tile is dequantized in
     # registers, nibble by nibble, interleaved back into input order and multiplied on
@@ -340,12 +490,8 @@ def matmul_int4(
         word_ok = words < K // 8
         mask = out_ok[:, None] & word_ok[None, :]
         packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
-        scale = tl.load(
-            ws_ptr + outs[:, None] * (K // GROUP) + (words * 8 // GROUP)[None, :],
-            mask=mask,
-            other=0.0,
-        ).to(tl.float32)
-        w = _dequantized_tile(packed, scale, dtype)
+        scale = _chunk_scales(ws_ptr, outs, out_ok, k0, K, GROUP, BLOCK_N, BLOCK_K)
+        w = _dequantized_tile(packed, scale, dtype, _pairs_fit(PAIRS, scale.dtype, dtype))
         cols = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(
             x_ptr + rows[:, None] * K + cols[None, :],
@@ -371,3 +517,24 @@ def matmul_int4(
                 )
             tl.store(y_ptr + offsets, total.to(y_ptr.dtype.element_ty), mask=tile_ok)
             tl.atomic_xchg(count_ptr + tile, 0)
+
+
+@triton.jit
+def dequantize_int4(
+    wq_ptr, ws_ptr, w_ptr, N, K, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, PAIRS: tl.constexpr,
+):  # fmt: skip
+    # The dense (N, K) weight q * scale in w's dtype, a tile a program: what a prefill
+    # (more rows than `matmul_int4` takes) multiplies through cuBLAS.
+    outs = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    words = tl.program_id(1) * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
+    mask = (outs < N)[:, None] & (words < K // 8)[None, :]
+    packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
+    k0 = tl.program_id(1) * BLOCK_K
+    scale = _chunk_scales(ws_ptr, outs, outs < N, k0, K, GROUP, BLOCK_N, BLOCK_K)
+    dtype = w_ptr.dtype.element_ty
+    w = _dequantized_tile(packed, scale, dtype, _pairs_fit(PAIRS, scale.dtype, dtype))
+    cols = k0 + tl.arange(0, BLOCK_K)
+    tl.store(
+        w_ptr + outs[:, None] * K + cols[None, :], w, mask=(outs < N)[:, None] & (cols < K)[None, :]
+    )

@@ -195,6 +195,7 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
     (the interpreter's bfloat16 tl.dot is not faithful) at each of its configurations for
     3 and 64 rows."""
     import torch
+    import triton
 
     from engines.pytorch import int4, kernels, triton_int4
 
@@ -234,6 +235,13 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
     for i, config in enumerate(triton_int4.MATMUL_INT4_CONFIGS):
         group = (32, 128)[i % 2]
         w16 = (weights[group][0], weights[group][1].to(torch.float16))
+        # Values made in pairs are inline PTX, which the interpreter cannot run: the
+        # float32 way here, the pairs against it bit for bit on the GPU (test_int4_cuda).
+        config = triton.Config(
+            {**config.kwargs, "PAIRS": False},
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        )
         tuner.configs, tuner.cache = [config], {}
         for rows in (3, 64):
             xr = rand(rows, k, dtype=torch.float16)
@@ -242,6 +250,15 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             torch_form = xr @ kernels.dense(w16, torch.float16).T
             shape = "{BLOCK_M}x{BLOCK_N}x{BLOCK_K} split {SPLIT_K}".format(**config.kwargs)
             record(f"int4 g{group} {rows} rows [{shape}]", got, exact, torch_form)
+    # The dense weight a prefill multiplies: exactly the CPU's, both groups (in float16:
+    # the interpreter truncates to bfloat16; test_int4_cuda checks both on the GPU).
+    for group, (packed, scale) in weights.items():
+        for dtype in (torch.float16,):
+            got = kernels._launch_dequantize_int4(packed, scale.to(dtype), dtype, pairs=False)
+            want = int4.dequantize(packed, scale.to(dtype), dtype)
+            worst = float((got.float() - want.float()).abs().max())
+            ok = torch.equal(got, want)
+            out[f"dequantize g{group} {dtype}"] = {"error": worst, "limit": 0.0, "ok": ok}
 
 
 if __name__ == "__main__":

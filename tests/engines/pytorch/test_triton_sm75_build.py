@@ -14,6 +14,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from engines.pytorch import kernels, triton_int4  # noqa: E402
+from tests.engines.pytorch.triton_builds import build_matmul_int4  # noqa: E402
 
 T4 = GPUTarget("cuda", 75, 32)
 T4_SHARED_BYTES = 64 << 10  # per block
@@ -48,13 +49,20 @@ def test_gemv_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
 
 @pytest.mark.parametrize("config", triton_int4.MATMUL_INT4_CONFIGS, ids=str)
 def test_matmul_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
-    signature = _signature(triton_int4.matmul_int4.fn, 10, ("M", "N", "K", "M_BUCKET"))
-    constants = {"GROUP": 32, **config.kwargs}
+    compiled = build_matmul_int4(config, T4, "fp16")
+    assert compiled.metadata.shared <= T4_SHARED_BYTES
+    # Values in pairs: fp16's paired fma (sm_53 and later), not bf16's (sm_80 and later).
+    assert ("fma.rn.f16x2" in compiled.asm["ptx"]) == bool(config.kwargs.get("PAIRS"))
+
+
+@pytest.mark.parametrize("pairs", [False, True], ids=["float32 values", "values in pairs"])
+def test_dequantize_builds_for_sm75_in_float16(pairs: bool) -> None:
+    signature = _signature(triton_int4.dequantize_int4, 5, ("N", "K"))
+    constants = {"GROUP": 32, "BLOCK_N": 32, "BLOCK_K": 256, "PAIRS": pairs}
     source = ASTSource(
-        fn=triton_int4.matmul_int4.fn,
+        fn=triton_int4.dequantize_int4,
         signature=signature | dict.fromkeys(constants, "constexpr"),
         constexprs=constants,
     )
-    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    compiled = triton.compile(source, target=T4, options=options)
-    assert compiled.metadata.shared <= T4_SHARED_BYTES
+    ptx = triton.compile(source, target=T4, options={"num_warps": 4}).asm["ptx"]
+    assert ("fma.rn.f16x2" in ptx) == pairs

@@ -128,3 +128,25 @@ def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int) -> None:
     source = ASTSource(fn=triton_int4.matmul_int4.fn, signature=signature, constexprs=constants)
     compiled = triton.compile(source, target=H200)
     assert "mma" in compiled.asm["ptx"]
+
+
+def _pinned_matmul_configs() -> list[str]:
+    import json
+
+    from engines.pytorch import triton_int4
+
+    tables = json.loads(triton_int4.PINNED_PATH.read_text())
+    return sorted(
+        {label for gpu in tables.values() for label in gpu.get("matmul_int4", {}).values()}
+    )
+
+
+@pytest.mark.parametrize("label", _pinned_matmul_configs())
+def test_pinned_int4_configurations_build_for_sm90(label: str) -> None:
+    from engines.pytorch import triton_int4
+    from tests.engines.pytorch.triton_builds import build_matmul_int4
+
+    config = triton_int4.config_from_label(label)
+    ptx = build_matmul_int4(config, H200, "bf16").asm["ptx"]
+    assert "wgmma" in ptx or "mma.sync" in ptx  # 32-output tiles: mma.sync (wgmma is 64)
+    assert ("fma.rn.bf16x2" in ptx) == bool(config.kwargs.get("PAIRS"))

@@ -1,0 +1,115 @@
+"""The int4 kernels' pinned configurations (`triton_int4.PINNED_PATH`): the labels the
+sweep writes read back as the same configurations, a pinned GPU gets its one
+configuration per shape (other GPUs and shapes the autotuner's list), the sweep's `pin`
+writes what the engine reads, and the constants of the values-in-pairs PTX give exactly
+(u - 8) * scale rounded once, checked here in torch on the CPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+from engines.pytorch import kernels, triton_int4  # noqa: E402
+
+LISTS = [*triton_int4.GEMV_INT4_CONFIGS, *triton_int4.MATMUL_INT4_CONFIGS]
+
+
+@pytest.mark.parametrize("config", LISTS, ids=triton_int4.config_label)
+def test_labels_read_back_as_the_same_configuration(config: Any) -> None:
+    again = triton_int4.config_from_label(triton_int4.config_label(config))
+    assert again.kwargs == config.kwargs
+    assert (again.num_warps, again.num_stages) == (config.num_warps, config.num_stages)
+
+
+def test_the_shipped_table_parses_and_keys_every_shape_once() -> None:
+    tables = json.loads(triton_int4.PINNED_PATH.read_text())
+    for kernels_of_gpu in tables.values():
+        assert set(kernels_of_gpu) <= {"gemv_int4", "matmul_int4"}
+        for entries in kernels_of_gpu.values():
+            for key, label in entries.items():
+                assert len(key.split(",")) in (4, 5) and all(p.isdigit() for p in key.split(","))
+                triton_int4.config_from_label(label)
+
+
+def test_a_pinned_gpu_gets_one_configuration_and_others_the_list(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    gpu = next(iter(json.loads(triton_int4.PINNED_PATH.read_text())))
+    table = json.loads(triton_int4.PINNED_PATH.read_text())[gpu]
+    key, label = next(iter(table["matmul_int4"].items()))
+    bucket, n, k, group = (int(p) for p in key.split(","))
+    named = {"M": bucket, "M_BUCKET": bucket, "N": n, "K": k}
+    configs = triton_int4.MATMUL_INT4_CONFIGS
+    monkeypatch.setattr(triton_int4, "_gpu_name", lambda: gpu)
+    (pinned,) = triton_int4._prune_matmul(configs, named, GROUP=group)
+    assert triton_int4.config_label(pinned) == label
+    gemv_key, gemv_label = next(iter(table["gemv_int4"].items()))
+    n, k, prologue, epilogue, group = (int(p) for p in gemv_key.split(","))
+    forms = {"PROLOGUE": prologue, "EPILOGUE": epilogue, "GROUP": group}
+    (pinned,) = triton_int4._prune_gemv(triton_int4.GEMV_INT4_CONFIGS, {"N": n, "K": k}, **forms)
+    assert triton_int4.config_label(pinned) == gemv_label
+    # A shape no table holds, and a GPU no table names: the list, pruned as before.
+    unknown = named | {"N": n + 8}
+    assert triton_int4._prune_matmul(configs, unknown, GROUP=group) == (
+        triton_int4._prune_splits(configs, unknown)
+    )
+    monkeypatch.setattr(triton_int4, "_gpu_name", lambda: "a GPU with no table")
+    assert triton_int4._prune_matmul(configs, named, GROUP=group) == (
+        triton_int4._prune_splits(configs, named)
+    )
+    assert triton_int4._prune_gemv(
+        triton_int4.GEMV_INT4_CONFIGS, {"N": n, "K": k}, **forms
+    ) == triton_int4.GEMV_INT4_CONFIGS
+
+
+def test_the_sweeps_pin_writes_what_the_engine_reads(tmp_path: Path) -> None:
+    from benchmarks import int4_gemv_sweep as sweep
+
+    table = tmp_path / "pinned.json"
+    table.write_text(json.dumps({"another GPU": {"gemv_int4": {"1,2,0,0,32": "kept"}}}))
+    fast, slow = "block_n=4,block_k=2048,group_scales=1,w=8,s=2", "block_n=1,block_k=512,w=2,s=2"
+    pair = SimpleNamespace(
+        rows=1, n=512, n_out=256, k=1536, paired=True, normed=True,
+        results={fast: {"us": 1.0, "config": fast}, slow: {"us": 2.0, "config": slow},
+                 "broken": {"error": "x"}},
+    )  # fmt: skip
+    few = SimpleNamespace(
+        rows=8, n=1536, n_out=1536, k=6144, paired=False, normed=False,
+        results={"label": {"us": 3.0, "config": "block_m=16,block_n=64,block_k=128,"
+                           "split_k=8,pairs=1,w=4,s=3"}},
+    )  # fmt: skip
+    assert sweep.pin(str(table), "GPU X", [pair, few]) == 2  # type: ignore[list-item]
+    written = json.loads(table.read_text())
+    assert written["another GPU"] == {"gemv_int4": {"1,2,0,0,32": "kept"}}
+    gemv_key = triton_int4.gemv_key(256, 1536, kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, 32)
+    assert written["GPU X"]["gemv_int4"] == {gemv_key: fast}
+    matmul_key = triton_int4.matmul_key(16, 1536, 6144, 32)
+    assert triton_int4.config_from_label(written["GPU X"]["matmul_int4"][matmul_key]).kwargs[
+        "PAIRS"
+    ]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_pair_constants_give_q_times_scale_rounded_once(dtype: torch.dtype) -> None:
+    base, one, minus, _fma = triton_int4.PAIR_FORMS[str(dtype).removeprefix("torch.")]
+
+    def half(word: int) -> torch.Tensor:  # the low 16 bits of a pair, as `dtype`
+        return torch.tensor([word & 0xFFFF], dtype=torch.int32).to(torch.uint16).view(dtype).float()
+
+    # Each fma.x2 is exact in float32 here and rounded once to `dtype`, as PTX's is.
+    u = torch.arange(16)
+    values = torch.cat([half((base & 0xFFFF) | int(i)) for i in u])
+    centred = (values * half(one) + half(minus)).to(dtype)
+    assert torch.equal(centred.float(), (u - 8).float())
+    gen = torch.Generator().manual_seed(0)
+    scales = (torch.randn(64, generator=gen) * 0.05).to(dtype)
+    got = (centred.float()[None, :] * scales.float()[:, None] + -0.0).to(dtype)
+    want = ((u - 8).float()[None, :] * scales.float()[:, None]).to(dtype)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))  # signs of zero too
