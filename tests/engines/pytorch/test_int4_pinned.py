@@ -113,3 +113,21 @@ def test_pair_constants_give_q_times_scale_rounded_once(dtype: torch.dtype) -> N
     got = (centred.float()[None, :] * scales.float()[:, None] + -0.0).to(dtype)
     want = ((u - 8).float()[None, :] * scales.float()[:, None]).to(dtype)
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))  # signs of zero too
+
+
+def test_the_sweeps_dry_run_pins_every_shape_at_one_and_eight_rows(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    table = tmp_path / "pinned.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    args = ["--dry-run", "--rows", "1,8", "--budget-s", "300", "--table", str(table)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.int4_gemv_sweep", *args],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+        cwd=Path(__file__).resolve().parents[3],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (entries,) = json.loads(table.read_text()).values()
+    assert len(entries["gemv_int4"]) == 2 and len(entries["matmul_int4"]) == 2

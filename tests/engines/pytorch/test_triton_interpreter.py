@@ -39,20 +39,6 @@ def test_kernels_compute_their_torch_forms_in_the_interpreter(part: str) -> None
     assert not failed, failed
 
 
-def _interpreter_fix() -> None:
-    # The interpreter takes int() of a one-element array for range() bounds passed at run
-    # time, which NumPy 2 refuses; give it the element.
-    from triton.runtime import interpreter
-
-    original = interpreter._patch_lang_tensor
-
-    def patch(tensor: Any, scope: Any) -> None:
-        original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    interpreter._patch_lang_tensor = patch
-
-
 def _gemv_checks(
     gemv: Any, inputs: tuple[Any, ...], record: Any, out: dict[str, dict[str, Any]], tag: str
 ) -> None:
@@ -262,7 +248,9 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
 
 
 if __name__ == "__main__":
-    _interpreter_fix()
+    from engines.pytorch import triton_interpreter
+
+    triton_interpreter.fix()
     print(json.dumps(_checks(sys.argv[1])))
 
 
