@@ -390,9 +390,9 @@ PAIRS_FP16 = tl.constexpr(_pairs_asm(*PAIR_FORMS["float16"]))
 
 @triton.jit
 def _dequantized_pairs(packed, scale):
-    # The eight q * scale of every word (`_pairs_asm`), in the scale's 16-bit dtype: four
-    # bit ops and two fma a pair of elements, against two bit ops, an fma and half a
-    # conversion an element for `_dequantized`.
+    # The eight q * scale of every word (`_pairs_asm`), in the scale's 16-bit dtype: a
+    # shift, a LOP3 and two fma.x2 a pair of elements, against a shift, a mask-or, an fma
+    # and half a conversion an element for `_dequantized`.
     return tl.inline_asm_elementwise(
         PAIRS_BF16 if scale.dtype == tl.bfloat16 else PAIRS_FP16,
         "=h,=h,=h,=h,=h,=h,=h,=h,r,h", [packed, scale], dtype=(scale.dtype,) * 8,
@@ -429,8 +429,8 @@ def _chunk_scales(
     BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     # The scale of every word of a chunk (outputs, BLOCK_K / 8), loaded once a group and
-    # repeated in registers: a contiguous load the pipeline can copy ahead asynchronously,
-    # where one load a word (2 bytes, each scale four times) stalls every chunk.
+    # repeated in registers: one load a word (each scale four times for groups of 32)
+    # stalled every chunk of the pipelined loop on its synchronous 2-byte loads.
     WORDS: tl.constexpr = BLOCK_K // 8
     if GROUP >= BLOCK_K:
         scale = tl.load(ws_ptr + outs * (K // GROUP) + k0 // GROUP, mask=out_ok, other=0.0)
