@@ -125,6 +125,9 @@ class Shape:
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float16
         self.paired = rows == 1 and name in PAIRED
         self.normed = rows == 1 and (name in NORMED or self.paired)
+        # The one-row kernel's form of this shape (the pinned table's key holds it).
+        self.prologue = kernels.RMS_NORM_AFTER if self.normed else kernels.PLAIN
+        self.epilogue = kernels.GELU_PAIR if self.paired else kernels.NO_EPILOGUE
         self.n_out = n // 2 if self.paired else n
         self.int4_bytes = n * k // 2 + n * (k // GROUP) * 2
         self.dense_bytes = n * k * 2
@@ -156,9 +159,9 @@ class Shape:
 
     def gemv_kwargs(self, config: triton.Config) -> dict[str, Any]:
         return {
-            "PROLOGUE": kernels.RMS_NORM_AFTER if self.normed else kernels.PLAIN,
+            "PROLOGUE": self.prologue,
             "SCALE": False,
-            "EPILOGUE": kernels.GELU_PAIR if self.paired else kernels.NO_EPILOGUE,
+            "EPILOGUE": self.epilogue,
             "PDL": self.pdl,
             "launch_pdl": self.pdl,
             "GROUP": GROUP,
@@ -405,25 +408,23 @@ def pin(table_path: str, gpu: str, shapes: list[Shape]) -> int:
     (`triton_int4.PINNED_PATH`'s format; other GPUs and keys kept); returns how many."""
     path = Path(table_path)
     tables = json.loads(path.read_text()) if path.exists() else {}
+    pinned = 0
     for s in shapes:
         timed = [r for r in s.results.values() if "us" in r]
         if not timed:
             continue
         best = min(timed, key=lambda r: r["us"])["config"]
         if s.rows == 1:
-            prologue = kernels.RMS_NORM_AFTER if s.normed else kernels.PLAIN
-            epilogue = kernels.GELU_PAIR if s.paired else kernels.NO_EPILOGUE
-            key = triton_int4.gemv_key(s.n_out, s.k, prologue, epilogue, GROUP)
+            key = triton_int4.gemv_key(s.n_out, s.k, s.prologue, s.epilogue, GROUP)
             kernel = "gemv_int4"
         else:
             bucket = kernels.matmul_int4_bucket(s.rows)
             kernel, key = "matmul_int4", triton_int4.matmul_key(bucket, s.n, s.k, GROUP)
         tables.setdefault(gpu, {}).setdefault(kernel, {})[key] = best
-    for kernels_of_gpu in tables.values():  # stable order: a reviewable diff
-        for name, entries in kernels_of_gpu.items():
-            kernels_of_gpu[name] = dict(sorted(entries.items()))
+        pinned += 1
+    # Sorted keys at every level: a reviewable diff.
     path.write_text(json.dumps(tables, indent=1, sort_keys=True) + "\n")
-    return sum(1 for s in shapes if any("us" in r for r in s.results.values()))
+    return pinned
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

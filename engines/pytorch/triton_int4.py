@@ -404,9 +404,9 @@ def _dequantized_pairs(packed, scale):
 def _dequantized_tile(packed, scale, dtype: tl.constexpr, PAIRS: tl.constexpr = False):
     # (outputs, words) -> (outputs, 8 * words) in input order. Element 8j + i is nibble i
     # of word j: interleaving nibbles (0,4), (2,6), (1,5), (3,7), then the pairs, then
-    # the halves, puts every nibble back at its input. PAIRS: the scale is in `dtype`
-    # (16-bit) and `_dequantized_pairs` makes the values.
-    if PAIRS:
+    # the halves, puts every nibble back at its input. PAIRS: `_dequantized_pairs` makes
+    # the values where it can (`_pairs_fit`), else the float32 way does.
+    if _pairs_fit(PAIRS, scale.dtype, dtype):
         w0, w1, w2, w3, w4, w5, w6, w7 = _dequantized_pairs(packed, scale)
     else:
         scale32 = scale.to(tl.float32)
@@ -491,7 +491,7 @@ def matmul_int4(
         mask = out_ok[:, None] & word_ok[None, :]
         packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
         scale = _chunk_scales(ws_ptr, outs, out_ok, k0, K, GROUP, BLOCK_N, BLOCK_K)
-        w = _dequantized_tile(packed, scale, dtype, _pairs_fit(PAIRS, scale.dtype, dtype))
+        w = _dequantized_tile(packed, scale, dtype, PAIRS)
         cols = k0 + tl.arange(0, BLOCK_K)
         x = tl.load(
             x_ptr + rows[:, None] * K + cols[None, :],
@@ -533,7 +533,7 @@ def dequantize_int4(
     k0 = tl.program_id(1) * BLOCK_K
     scale = _chunk_scales(ws_ptr, outs, outs < N, k0, K, GROUP, BLOCK_N, BLOCK_K)
     dtype = w_ptr.dtype.element_ty
-    w = _dequantized_tile(packed, scale, dtype, _pairs_fit(PAIRS, scale.dtype, dtype))
+    w = _dequantized_tile(packed, scale, dtype, PAIRS)
     cols = k0 + tl.arange(0, BLOCK_K)
     tl.store(
         w_ptr + outs[:, None] * K + cols[None, :], w, mask=(outs < N)[:, None] & (cols < K)[None, :]

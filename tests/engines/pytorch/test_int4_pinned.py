@@ -76,12 +76,13 @@ def test_the_sweeps_pin_writes_what_the_engine_reads(tmp_path: Path) -> None:
     table.write_text(json.dumps({"another GPU": {"gemv_int4": {"1,2,0,0,32": "kept"}}}))
     fast, slow = "block_n=4,block_k=2048,group_scales=1,w=8,s=2", "block_n=1,block_k=512,w=2,s=2"
     pair = SimpleNamespace(
-        rows=1, n=512, n_out=256, k=1536, paired=True, normed=True,
+        rows=1, n=512, n_out=256, k=1536, prologue=kernels.RMS_NORM_AFTER,
+        epilogue=kernels.GELU_PAIR,
         results={fast: {"us": 1.0, "config": fast}, slow: {"us": 2.0, "config": slow},
                  "broken": {"error": "x"}},
     )  # fmt: skip
     few = SimpleNamespace(
-        rows=8, n=1536, n_out=1536, k=6144, paired=False, normed=False,
+        rows=8, n=1536, n_out=1536, k=6144,
         results={"label": {"us": 3.0, "config": "block_m=16,block_n=64,block_k=128,"
                            "split_k=8,pairs=1,w=4,s=3"}},
     )  # fmt: skip
