@@ -12,7 +12,11 @@ torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 - 2-64 rows, `matmul_int4`: BLOCK_M 16 up to the rows' bucket (16, 32, 64), BLOCK_N
   32-256, BLOCK_K 64-512, 4/8 warps, values made in float32 and converted; then the
   best tiles with the values made two at a time in 16-bit halves (`PAIRS`), then
-  split-K, then stages, the same way.
+  split-K, the same way.
+- both: each shape's best with the next chunk's loads issued before the current chunk's
+  work (`PREFETCH`), before the stages phase. `--focused` starts from the autotuner's list
+  and the shipped pinned configuration instead of the wide grid, then runs only those two
+  phases (a short call that retunes after a kernel change).
 
 Timings replay a CUDA graph of the launches over enough weight copies (>= 64 MB, at most
 160 launches) that the weights mostly come from HBM. "list" is the best of the
@@ -274,11 +278,34 @@ def _list_configs(shape: Shape) -> list[triton.Config]:
     return triton_int4._prune_splits(triton_int4.MATMUL_INT4_CONFIGS, named)
 
 
+def pinned_key(shape: Shape) -> tuple[str, str]:
+    """(kernel, key) of a shape in a pinned table (`triton_int4.PINNED_PATH`)."""
+    if shape.rows == 1:
+        key = triton_int4.gemv_key(shape.n_out, shape.k, shape.prologue, shape.epilogue, GROUP)
+        return "gemv_int4", key
+    bucket = kernels.matmul_int4_bucket(shape.rows)
+    return "matmul_int4", triton_int4.matmul_key(bucket, shape.n, shape.k, GROUP)
+
+
+def _pinned_config(shape: Shape) -> list[triton.Config]:
+    """The shipped table's configuration for this shape on this GPU, if it has one."""
+    if shape.dev.type != "cuda":
+        return []
+    pinned = triton_int4._pinned(triton_int4._gpu_name(), *pinned_key(shape))
+    return [] if pinned is None else [pinned]
+
+
 def sweep(
-    shapes: list[Shape], deadline: float, log: Callable[[str], None], few: bool = False
+    shapes: list[Shape],
+    deadline: float,
+    log: Callable[[str], None],
+    few: bool = False,
+    focused: bool = False,
 ) -> None:
     """Fills each shape's `results` (label -> timing), phase by phase (`few`: a handful
-    of configurations a phase, for a dry run)."""
+    of configurations a phase, for a dry run; `focused`: from the autotuner's list and
+    the shipped pinned configuration instead of the wide grid, then straight to the
+    prefetch and stages phases)."""
 
     def run(plan: list[tuple[Shape, triton.Config]], phase: str) -> None:
         plan = [(s, c) for s, c in plan if s.fits(c) and _label(c) not in s.results]
@@ -302,12 +329,16 @@ def sweep(
     for shape in shapes:
         tiles = gemv_tiles() if shape.rows == 1 else matmul_tiles(shape.rows)
         tiles = tiles[:: len(tiles) // 3] if few else tiles
+        if focused:
+            tiles = _pinned_config(shape)
         listed = _list_configs(shape)
         if few and shape.rows > 1:  # the interpreter cannot run the pairs' inline PTX
             listed = [_with(c, PAIRS=False) for c in listed]
         plan += [(shape, c) for c in [*listed, *tiles]]
     run(plan, "tiles")
-    if shapes[0].rows == 1:
+    if focused:
+        pass
+    elif shapes[0].rows == 1:
         top = 1 if few else 6
         plan = [(s, _with(c, GROUP_SCALES=True)) for s in shapes for c in best(s, top)]
         run(plan, "group scales")
@@ -321,6 +352,10 @@ def sweep(
         splits = (2, 4, 8)
         plan = [(s, _with(c, SPLIT_K=k)) for s in shapes for c in best(s, top) for k in splits]
         run(plan, "splits")
+    # The best with the next chunk's loads issued before this chunk's work (`PREFETCH`).
+    top = 1 if few else 4
+    plan = [(s, _with(c, PREFETCH=True)) for s in shapes for c in best(s, top)]
+    run(plan, "prefetch")
     top = 1 if few else 3
     plan = [(s, _with(c, num_stages=n)) for s in shapes for c in best(s, top) for n in (1, 3, 4)]
     run(plan, "stages")
@@ -353,8 +388,10 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
     ]
     out: dict[str, Any] = {"rows": rows, "suggested": suggested, "shapes": []}
     totals = dict.fromkeys(
-        ("bf16", "tinygemm", "list", "suggested", "best", "best_float_dequant"), 0.0
-    )
+        ("bf16", "tinygemm", "list", "pinned", "suggested", "best", "best_float_dequant",
+         "best_no_prefetch"),
+        0.0,
+    )  # fmt: skip
     for s in shapes:
         timed = {label: r for label, r in s.results.items() if "us" in r}
         if not timed:
@@ -365,6 +402,8 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
         top = min(timed.values(), key=lambda r: r["us"])
         floats = [r for r in timed.values() if not r["meta"].kwargs.get("PAIRS")]
         top_float = min(floats, key=lambda r: r["us"], default=top)
+        plain = [r for r in timed.values() if not r["meta"].kwargs.get("PREFETCH")]
+        pinned = [timed[c] for c in map(_label, _pinned_config(s)) if c in timed]
         refs = s.refs
         figures = {
             "bf16": refs.get("bf16_us", math.nan),
@@ -373,6 +412,9 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
             "suggested": sugg["us"],
             "best": top["us"],
             "best_float_dequant": top_float["us"],
+            "best_no_prefetch": min((r["us"] for r in plain), default=math.nan),
+            # the shipped table's pick, timed with this run's kernel
+            "pinned": pinned[0]["us"] if pinned else math.nan,
         }
         for key, value in figures.items():
             totals[key] += s.count * value / 1e3
@@ -414,12 +456,7 @@ def pin(table_path: str, gpu: str, shapes: list[Shape]) -> int:
         if not timed:
             continue
         best = min(timed, key=lambda r: r["us"])["config"]
-        if s.rows == 1:
-            key = triton_int4.gemv_key(s.n_out, s.k, s.prologue, s.epilogue, GROUP)
-            kernel = "gemv_int4"
-        else:
-            bucket = kernels.matmul_int4_bucket(s.rows)
-            kernel, key = "matmul_int4", triton_int4.matmul_key(bucket, s.n, s.k, GROUP)
+        kernel, key = pinned_key(s)
         tables.setdefault(gpu, {}).setdefault(kernel, {})[key] = best
         pinned += 1
     # Sorted keys at every level: a reviewable diff.
@@ -435,6 +472,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--list-size", type=int, default=8)
     p.add_argument("--shapes", help="comma-separated projection names (default: all)")
     p.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU")
+    p.add_argument(
+        "--focused",
+        action="store_true",
+        help="start from the autotuner's list and the pinned table, not the wide grid",
+    )
     p.add_argument(
         "--table",
         help="write each shape's best configuration into this pinned table "
@@ -461,7 +503,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if wanted is None or name in wanted
         ]
         log = lambda line: print(f"[{time.monotonic() - start:.0f}s] {line}", flush=True)  # noqa: E731
-        sweep(shapes, deadline, log, few=args.dry_run)
+        sweep(shapes, deadline, log, few=args.dry_run, focused=args.focused)
         out, lines = report(shapes, args.list_size)
         result[f"rows_{rows}"] = out
         all_lines += lines

@@ -8,6 +8,8 @@
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
 #           HTTP, 128 in / 512 out at 1, 8 and 64 requests, shipped server defaults) for
 #           bf16 and for --quantize w4a16;
+#   profile: the served step at one request, bf16 and int4, profiled and split along
+#           its chain of kernels (`benchmarks.decode_profile`; about 5 minutes);
 #   server-int4: the int4 sweep alone (about 3 minutes: the bf16 one is in
 #           benchmarks/records/2026-12-02-h200-int4-server.json);
 #   sweep:  the engine's CUDA tests, then `benchmarks.int4_gemv_sweep` (every block shape
@@ -15,8 +17,9 @@
 #           (default 200), then the projections benchmark at one row if BUDGET_S allows;
 #   table:  the int4 CUDA tests, the dequantize kernel timed against torch's form, then
 #           the sweep at ROWS (default 1,8,64) within SWEEP_S seconds (default 400),
-#           writing each shape's best into $OUT/int4_configs.json (the engine's pinned
-#           table, with its other entries);
+#           with SWEEP_FLAGS (--focused: retune from the shipped table), writing each
+#           shape's best into $OUT/int4_configs.json (the engine's pinned table, with its
+#           other entries);
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
@@ -25,7 +28,7 @@
 # Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh);
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
-#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|sweep|table|all
+#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|profile|sweep|table|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -61,9 +64,10 @@ table)
   timeout 60 python3 -m benchmarks.int4_h200 --dequantize > "$OUT/dequantize.log" 2>&1
   echo "dequantize exit: $?"; cat "$OUT/dequantize.log" | tail -5
   cp engines/pytorch/int4_configs.json "$OUT/int4_configs.json" 2>/dev/null
+  # shellcheck disable=SC2086
   timeout $(( ${SWEEP_S:-400} + 40 )) python3 -m benchmarks.int4_gemv_sweep \
     --rows "${ROWS:-1,8,64}" --budget-s "${SWEEP_S:-400}" --out "$OUT/sweep.json" \
-    --table "$OUT/int4_configs.json" > "$OUT/sweep.log" 2>&1
+    --table "$OUT/int4_configs.json" ${SWEEP_FLAGS:-} > "$OUT/sweep.log" 2>&1
   echo "sweep exit: $? at ${SECONDS}s"; grep "^rows\|^\[" "$OUT/sweep.log"
   ;;
 all)
@@ -129,6 +133,12 @@ steps)
       --check-tokens 24 --profile --out "$OUT/step-$q.json" > "$OUT/step-$q.log" 2>&1
     echo "step $q exit: $?"; tail -3 "$OUT/step-$q.log" | cut -c1-400
   done
+  ;;
+profile)
+  timeout "${TMO:-560}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
+    --variant bf16= --variant int4="--quantize w4a16" > "$OUT/dp.log" 2>&1
+  echo "decode profile exit: $?"
+  tail -8 "$OUT/dp.log"
   ;;
 server-int4)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused

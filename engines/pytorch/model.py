@@ -204,6 +204,10 @@ def load_model(
             log.info("--quantize w4a16: %s is already int4; loaded as it is", spec)
         else:
             quant = checkpoint.quantize_model(model)
+    if quant is not None and dev.type == "cuda":
+        from engines.pytorch import triton_int4
+
+        triton_int4.check_pinned_tables()  # a bad shipped table: one line now, not at launch
     model.eval()
     limit = min(native_len, DEFAULT_MAX_MODEL_LEN) if max_model_len is None else max_model_len
     if limit > native_len:

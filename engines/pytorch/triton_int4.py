@@ -8,8 +8,9 @@ The weights stay in compressed-tensors' layout (`int4`: element 8j + i in bits 4
 of int32 word j of its row, stored q + 8; one scale per GROUP inputs), read as whole
 words, coalesced along each row. Two choices make the unpacking cheap:
 - No int-to-float conversion (a quarter-rate instruction on the SM): nibble i is moved
-  under the exponent of 1.0 by one shift and one mask-or, and read as the float
-  1 + u/16 (`_nibble_floats`); q = u - 8 = 16 * f - 24, folded into the scale per word.
+  under the exponent of 1.0 by one shift and one mask-or (a single LOP3, inline), and
+  read as the float 1 + u/16 (`_nibble_floats`); q = u - 8 = 16 * f - 24, folded into
+  the scale per word.
 - The input chunk is loaded (and its prologue computed) once, contiguously, then split
   in registers into the eight strided slices x[8j + i] that meet nibble i of word j,
   instead of eight strided passes that each redo the prologue. `matmul_int4` instead
@@ -18,7 +19,9 @@ words, coalesced along each row. Two choices make the unpacking cheap:
 `matmul_int4` and `dequantize_int4` make 16-bit values, and may make them two at a time
 (`PAIRS`, `_dequantized_pairs`: fewer instructions a value in the loop, the same
 bits), and load one scale a group, repeated in registers (`_chunk_scales`): one 2-byte
-load a word stalled every chunk (records: `2026-12-02-h200-int4-pairs.md`).
+load a word stalled every chunk (records: `2026-12-02-h200-int4-pairs.md`). Both
+products may issue the next chunk's loads before the current chunk's work (`PREFETCH`):
+their latency then hides behind it where Triton's pipeliner does not.
 
 Split-K (`matmul_int4`): a narrow output over a long input (down: 1,536 outputs of
 12,288 inputs) gives too few output tiles to fill the SMs, so such shapes may also split
@@ -31,7 +34,7 @@ every run, so greedy text repeats. At one row no split won on any E2B shape in
 instead), so `gemv_int4` has none.
 
 The configuration lists are that sweep's suggestions at 1, 8 and 64 rows (records:
-`benchmarks/records/2026-12-02-h200-int4-sweep.md`, `-int4-pairs.md`): short, since the
+`benchmarks/records/2026-12-02-h200-int4-batch1-profile.md`): short, since the
 autotuner times every entry at each new shape while the server captures its graphs
 (`_prune_splits` drops row tiles past a bucket's rows, so 2-16 rows see only the 16-row
 tiles). On a GPU model the pinned tables name (`PINNED_PATH`), a shape they hold gets
@@ -46,6 +49,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
+from contract.errors import BenchError
 from engines.pytorch.triton_kernels import (
     _gelu_tanh,
     _input,
@@ -66,7 +70,7 @@ MAX_SPLIT_K = 8
 # choice, hence the same sums (the autotuner's own pick varies with timing noise). Other
 # GPUs and shapes fall back to the list.
 PINNED_PATH = Path(__file__).with_name("int4_configs.json")
-_FLAGS = ("GROUP_SCALES", "PAIRS")
+_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH")
 
 
 def config_label(config: triton.Config) -> str:
@@ -87,9 +91,55 @@ def config_from_label(label: str) -> triton.Config:
     return triton.Config(meta, num_warps=warps, num_stages=stages)
 
 
+class PinnedTableError(BenchError, ValueError):
+    """The shipped pinned table cannot be read (`PINNED_PATH`)."""
+
+
+# Per kernel: the meta-parameters a pinned configuration must name, and may.
+_KERNELS = {
+    "gemv_int4": ({"BLOCK_N", "BLOCK_K", "GROUP_SCALES"}, {"PREFETCH"}),
+    "matmul_int4": ({"BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"}, {"PAIRS", "PREFETCH"}),
+}
+
+
+def _check_label(kernel: str, label: str) -> None:
+    names = set(config_from_label(label).kwargs)
+    required, optional = _KERNELS[kernel]
+    if not required <= names <= required | optional:
+        raise ValueError(f"names {sorted(names)}; {kernel} takes {sorted(required | optional)}")
+
+
 @functools.cache
 def _pinned_tables() -> dict:
-    return json.loads(PINNED_PATH.read_text()) if PINNED_PATH.exists() else {}
+    """The pinned tables, every label read back once (`PinnedTableError` names the
+    first bad entry): checked when an int4 model loads, not at its first launch."""
+    if not PINNED_PATH.exists():
+        return {}
+    where = PINNED_PATH.name
+    try:
+        tables = json.loads(PINNED_PATH.read_text())
+    except (OSError, ValueError) as exc:
+        raise PinnedTableError(f"{where}: not readable JSON ({exc})") from None
+    if not isinstance(tables, dict):
+        raise PinnedTableError(f"{where}: expected an object of GPU names")
+    for gpu, kernels in tables.items():
+        if not isinstance(kernels, dict) or not set(kernels) <= set(_KERNELS):
+            raise PinnedTableError(f"{where}: {gpu!r}: expected tables for {sorted(_KERNELS)}")
+        for kernel, table in kernels.items():
+            for key, label in (table.items() if isinstance(table, dict) else [("", table)]):
+                try:
+                    _check_label(kernel, label)
+                except (AttributeError, TypeError, ValueError, KeyError) as exc:
+                    raise PinnedTableError(
+                        f"{where}: {gpu!r} {kernel} {key!r}: bad configuration {label!r} "
+                        f"({type(exc).__name__}: {exc})"
+                    ) from None
+    return tables
+
+
+def check_pinned_tables() -> None:
+    """Reads the pinned tables now (raises `PinnedTableError` on a bad one)."""
+    _pinned_tables()
 
 
 @functools.cache
@@ -147,18 +197,27 @@ def _prune_splits(configs: list, named_args: dict, **kwargs: object) -> list:
 
 
 GEMV_INT4_CONFIGS = [
-    triton.Config({"BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SCALES": gs}, num_warps=w, num_stages=s)
-    for bn, bk, gs, w, s in (
-        (4, 256, False, 2, 2),
-        (1, 1024, False, 4, 2),
-        (16, 512, True, 4, 2),
-        (4, 2048, True, 8, 4),
-        (16, 512, False, 8, 4),
-        (16, 256, True, 2, 4),
-        (1, 512, False, 2, 2),
-        (4, 2048, True, 4, 4),
+    triton.Config(
+        {"BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SCALES": gs, "PREFETCH": pf},
+        num_warps=w,
+        num_stages=s,
+    )
+    # the focused sweep's suggestion at one row (`-int4-prefetch-sweep.json`)
+    for bn, bk, gs, pf, w, s in (
+        (4, 256, False, False, 2, 2),
+        (1, 1024, False, False, 4, 2),
+        (16, 512, True, True, 4, 2),
+        (4, 2048, True, False, 8, 4),
+        (4, 2048, True, True, 4, 1),
+        (8, 2048, False, False, 8, 1),
+        (16, 256, True, False, 2, 4),
+        (16, 1024, False, True, 8, 1),
     )
 ]
+
+
+# Compiled kernels may carry inline PTX; Triton's interpreter (the CPU tests) runs none.
+COMPILED = tl.constexpr(not triton.knobs.runtime.interpret)
 
 
 @triton.jit
@@ -169,7 +228,16 @@ def _nibble_floats(packed, i: tl.constexpr):
         bits = packed << (19 - 4 * i)
     else:
         bits = packed >> (4 * i - 19)
-    return ((bits & 0x780000) | 0x3F800000).to(tl.float32, bitcast=True)
+    if COMPILED:
+        # One LOP3 for the mask and the or: written as two operations, they stay two
+        # (a LOP3 takes one immediate), a third of the values' instructions.
+        bits = tl.inline_asm_elementwise(
+            "lop3.b32 $0, $1, 0x780000, 0x3F800000, 0xEA;", "=r,r", [bits], dtype=tl.int32,
+            is_pure=True, pack=1,
+        )  # fmt: skip
+    else:
+        bits = (bits & 0x780000) | 0x3F800000
+    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -278,6 +346,7 @@ def gemv_int4(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_SCALES: tl.constexpr,
+    PREFETCH: tl.constexpr = False,
 ):
     # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
     WORDS: tl.constexpr = BLOCK_K // 8
@@ -301,7 +370,13 @@ def gemv_int4(
     acc_up = tl.zeros((BLOCK_N, WORDS // SW), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
-        if k0 > 0:
+        if PREFETCH:
+            # The next chunk's loads go out before this one's product (zeros past K).
+            next_chunk = _int4_weights(
+                wq_ptr, ws_ptr, rows, row_ok, (k0 + BLOCK_K) // 8, N, K, BLOCK_K, GROUP,
+                EPILOGUE, SW,
+            )  # fmt: skip
+        elif k0 > 0:
             packed, scale, packed_up, scale_up = _int4_weights(
                 wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, EPILOGUE, SW
             )
@@ -318,6 +393,8 @@ def gemv_int4(
         if EPILOGUE == 1:
             part_up = _word_dot(packed_up, x0, x1, x2, x3, x4, x5, x6, x7)
             acc_up += _per_scale(part_up - offset[None, :], BLOCK_N, WORDS, SW) * scale_up
+        if PREFETCH:
+            packed, scale, packed_up, scale_up = next_chunk
     y = 16.0 * tl.sum(acc, axis=1)
     up = 16.0 * tl.sum(acc_up, axis=1)
     if PROLOGUE == 5:
@@ -327,27 +404,34 @@ def gemv_int4(
 
 MATMUL_INT4_CONFIGS = [
     triton.Config(
-        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": sk, "PAIRS": pairs},
+        {
+            "BLOCK_M": bm,
+            "BLOCK_N": bn,
+            "BLOCK_K": bk,
+            "SPLIT_K": sk,
+            "PAIRS": pairs,
+            "PREFETCH": pf,
+        },
         num_warps=w,
         num_stages=s,
     )
-    # the sweep's suggestions at 8 rows, then at 64 (`-int4-group-scale-loads-sweep.json`)
-    for bm, bn, bk, sk, pairs, w, s in (
-        (16, 32, 256, 1, False, 4, 3),
-        (16, 32, 64, 8, True, 4, 4),
-        (16, 64, 256, 1, True, 4, 1),
-        (16, 64, 128, 8, True, 4, 3),
-        (16, 64, 128, 2, True, 4, 3),
-        (16, 32, 256, 1, True, 4, 1),
-        (16, 64, 128, 4, True, 4, 1),
-        (16, 64, 128, 8, True, 4, 4),
-        (32, 32, 256, 1, False, 4, 3),
-        (32, 64, 128, 8, True, 4, 1),
-        (64, 64, 128, 1, True, 4, 3),
-        (32, 64, 128, 4, True, 4, 1),
-        (32, 64, 256, 1, True, 4, 1),
-        (64, 128, 128, 1, True, 8, 1),
-        (32, 32, 512, 1, True, 4, 3),
+    # the focused sweep's suggestions at 8 rows, then at 64 (`-int4-prefetch-sweep.json`)
+    for bm, bn, bk, sk, pairs, pf, w, s in (
+        (16, 32, 256, 1, False, False, 4, 3),
+        (16, 32, 64, 8, True, True, 4, 4),
+        (16, 64, 256, 1, True, False, 4, 1),
+        (16, 64, 128, 2, True, False, 4, 3),
+        (16, 64, 128, 4, True, False, 4, 3),
+        (16, 32, 64, 8, True, True, 4, 1),
+        (16, 32, 256, 1, True, True, 4, 3),
+        (16, 64, 128, 8, True, False, 4, 1),
+        (32, 32, 256, 1, False, False, 4, 3),
+        (32, 64, 128, 8, True, False, 4, 1),
+        (64, 64, 128, 1, True, False, 4, 3),
+        (32, 64, 256, 1, True, False, 4, 3),
+        (32, 64, 128, 4, True, True, 4, 4),
+        (64, 128, 128, 1, True, False, 8, 1),
+        (32, 64, 128, 8, True, True, 4, 1),
     )
 ]
 
@@ -446,6 +530,26 @@ def _chunk_scales(
     return tl.reshape(repeated, (BLOCK_N, WORDS))
 
 
+@triton.jit
+def _matmul_chunk(
+    x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0, K, GROUP: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    # One chunk's packed words and their scales (outputs, BLOCK_K / 8) and its inputs
+    # (rows, BLOCK_K); all zero past K (what a prefetch after the last chunk asks for).
+    words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+    mask = out_ok[:, None] & (words < K // 8)[None, :]
+    packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
+    scale = _chunk_scales(ws_ptr, outs, out_ok & (k0 < K), k0, K, GROUP, BLOCK_N, BLOCK_K)
+    cols = k0 + tl.arange(0, BLOCK_K)
+    x = tl.load(
+        x_ptr + rows[:, None] * K + cols[None, :],
+        mask=row_ok[:, None] & (cols < K)[None, :],
+        other=0.0,
+    )
+    return packed, scale, x
+
+
 @triton.autotune(
     configs=MATMUL_INT4_CONFIGS,
     key=["M_BUCKET", "N", "K", "GROUP"],
@@ -470,6 +574,7 @@ def matmul_int4(
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
     PAIRS: tl.constexpr = False,
+    PREFETCH: tl.constexpr = False,
 ):
     # Tiles of BLOCK_M rows by BLOCK_N outputs; each chunk's int4 tile is dequantized in
     # registers, nibble by nibble, interleaved back into input order and multiplied on
@@ -485,19 +590,27 @@ def matmul_int4(
     out_ok = outs < N
     dtype = x_ptr.dtype.element_ty
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k0 in range(split * BLOCK_K, K, BLOCK_K * SPLIT_K):
-        words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-        word_ok = words < K // 8
-        mask = out_ok[:, None] & word_ok[None, :]
-        packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
-        scale = _chunk_scales(ws_ptr, outs, out_ok, k0, K, GROUP, BLOCK_N, BLOCK_K)
+    STEP: tl.constexpr = BLOCK_K * SPLIT_K
+    if PREFETCH:
+        chunk_next = _matmul_chunk(
+            x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, split * BLOCK_K, K, GROUP,
+            BLOCK_N, BLOCK_K,
+        )  # fmt: skip
+    for k0 in range(split * BLOCK_K, K, STEP):
+        if PREFETCH:
+            # The next chunk's loads go out before this one's dequantize and product,
+            # so their latency hides behind them (the loop itself is not pipelined).
+            packed, scale, x = chunk_next
+            chunk_next = _matmul_chunk(
+                x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0 + STEP, K, GROUP,
+                BLOCK_N, BLOCK_K,
+            )  # fmt: skip
+        else:
+            packed, scale, x = _matmul_chunk(
+                x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0, K, GROUP, BLOCK_N,
+                BLOCK_K,
+            )  # fmt: skip
         w = _dequantized_tile(packed, scale, dtype, PAIRS)
-        cols = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(
-            x_ptr + rows[:, None] * K + cols[None, :],
-            mask=row_ok[:, None] & (cols < K)[None, :],
-            other=0.0,
-        )
         # Outputs on the product's long side (the rows are few): wgmma's M, the
         # dequantized tile its register operand.
         acc += tl.dot(w, tl.trans(x))

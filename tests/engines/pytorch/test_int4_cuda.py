@@ -1,7 +1,10 @@
-"""The int4 kernels' two ways of making values agree bit for bit on the GPU: values made
-two at a time in 16-bit halves (`triton_int4._dequantized_pairs`, inline PTX the CPU
-interpreter cannot run) against the float32 way, in `matmul_int4` and `dequantize_int4`,
-and the dense weight that prefill multiplies equals the CPU's `int4.dequantize`."""
+"""The int4 kernels' variants agree bit for bit on the GPU: values made two at a time in
+16-bit halves (`triton_int4._dequantized_pairs`, inline PTX the CPU interpreter cannot
+run) against the float32 way, in `matmul_int4` and `dequantize_int4`; the next chunk's
+loads issued early (`PREFETCH`) against the plain loop, in both products; the one-row
+kernel's compiled form (its nibbles unpacked by one inline LOP3) matches
+dequantize-then-matmul; and the dense weight that prefill multiplies equals the CPU's
+`int4.dequantize`."""
 
 from __future__ import annotations
 
@@ -48,3 +51,53 @@ def test_pairs_make_the_same_products(weight: tuple[torch.Tensor, torch.Tensor])
             assert torch.equal(outputs[0], outputs[1]), rows
     finally:
         tuner.configs, tuner.cache = saved[0], saved[1]
+
+
+def _with_config(tuner: object, label: str, launch: object) -> torch.Tensor:
+    from engines.pytorch import triton_int4
+
+    saved = tuner.configs, dict(tuner.cache)  # type: ignore[attr-defined]
+    try:
+        tuner.configs, tuner.cache = [triton_int4.config_from_label(label)], {}  # type: ignore[attr-defined]
+        return launch()  # type: ignore[operator]
+    finally:
+        tuner.configs, tuner.cache = saved  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_prefetch_makes_the_same_products(
+    weight: tuple[torch.Tensor, torch.Tensor], split: int
+) -> None:
+    from engines.pytorch import triton_int4
+
+    packed, scale = weight
+    for rows in (3, 64):
+        x = torch.randn(rows, packed.shape[1] * 8, device="cuda", dtype=scale.dtype)
+        outputs = [
+            _with_config(
+                triton_int4.matmul_int4,
+                f"block_m=16,block_n=64,block_k=128,split_k={split},pairs=1,prefetch={p},w=4,s=1",
+                lambda x=x: kernels._launch_matmul_int4(x, packed, scale),
+            )
+            for p in (0, 1)
+        ]
+        assert torch.equal(outputs[0], outputs[1]), rows
+
+
+@pytest.mark.parametrize("prefetch", [0, 1])
+def test_the_one_row_kernel_matches_dequantize_then_matmul(
+    weight: tuple[torch.Tensor, torch.Tensor], prefetch: int
+) -> None:
+    from engines.pytorch import triton_int4
+
+    packed, scale = weight
+    x = torch.randn(1, packed.shape[1] * 8, device="cuda", dtype=scale.dtype)
+    want = x.float() @ int4.dequantize(packed, scale, torch.float32).T
+    for tile in ("block_n=4,block_k=256,group_scales=0", "block_n=16,block_k=512,group_scales=1"):
+        got = _with_config(
+            triton_int4.gemv_int4,
+            f"{tile},prefetch={prefetch},w=4,s=2",
+            lambda: kernels.linear(x, (packed, scale), True),
+        )
+        err = (got.float() - want).abs().max() / want.abs().max()
+        assert err < 1e-2, (tile, float(err))

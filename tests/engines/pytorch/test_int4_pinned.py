@@ -36,6 +36,37 @@ def test_the_shipped_table_parses_and_keys_every_shape_once() -> None:
             for key, label in entries.items():
                 assert len(key.split(",")) in (4, 5) and all(p.isdigit() for p in key.split(","))
                 triton_int4.config_from_label(label)
+    triton_int4.check_pinned_tables()
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("{not json", "not readable JSON"),
+        ('{"GPU": {"gemv": {}}}', "expected tables for"),
+        ('{"GPU": {"gemv_int4": {"1,2,0,0,32": "block_n=x,w=2,s=2"}}}', "'1,2,0,0,32'"),
+        ('{"GPU": {"gemv_int4": {"1,2,0,0,32": "block_n=4,block_k=256,w=2"}}}', "KeyError"),
+        (
+            '{"GPU": {"matmul_int4": {"16,2,8,32": '
+            '"block_n=4,block_k=256,group_scales=1,w=2,s=2"}}}',
+            "matmul_int4 takes",
+        ),
+    ],
+)
+def test_a_bad_pinned_table_is_one_line_naming_the_entry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, names: str
+) -> None:
+    bad = tmp_path / "int4_configs.json"
+    bad.write_text(text)
+    monkeypatch.setattr(triton_int4, "PINNED_PATH", bad)
+    triton_int4._pinned_tables.cache_clear()
+    try:
+        with pytest.raises(triton_int4.PinnedTableError) as caught:
+            triton_int4.check_pinned_tables()
+    finally:
+        triton_int4._pinned_tables.cache_clear()
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("int4_configs.json: ") and names in message
 
 
 def test_a_pinned_gpu_gets_one_configuration_and_others_the_list(
