@@ -229,8 +229,9 @@ def _nibble_floats(packed, i: tl.constexpr):
     else:
         bits = packed >> (4 * i - 19)
     if COMPILED:
-        # One LOP3 for the mask and the or: written as two operations, they stay two
-        # (a LOP3 takes one immediate), a third of the values' instructions.
+        # One LOP3 for the mask and the or: written as two operations they stay two (a
+        # LOP3 takes one immediate; here ptxas keeps the other in a register), one
+        # instruction a value of about 6.7 (SASS of the LM head's loop: 860 -> 738).
         bits = tl.inline_asm_elementwise(
             "lop3.b32 $0, $1, 0x780000, 0x3F800000, 0xEA;", "=r,r", [bits], dtype=tl.int32,
             is_pure=True, pack=1,
