@@ -69,10 +69,17 @@ class StepProfile:
     # interval past every kernel that started before it (a dependent launch's early
     # start and wait count for the kernel it waited on): its cost on the chain.
     chain_by_kind_us: dict[str, float] = field(default_factory=dict)
+    chain_by_kernel_us: dict[str, float] = field(default_factory=dict)  # by name and grid
 
     @property
     def uncovered_us(self) -> float:
         return self.span_us - self.busy_us
+
+
+def _launch_name(kernel: dict[str, Any]) -> str:
+    # The profiler records each launch's grid: it tells one product's shape from another.
+    grid = kernel.get("args", {}).get("grid")
+    return kernel["name"][:80] + (f" grid {grid}" if grid else "")
 
 
 def _union_us(intervals: Iterable[tuple[float, float]]) -> float:
@@ -109,13 +116,16 @@ def graph_steps(trace: dict[str, Any]) -> list[StepProfile]:
         by_kind_us: Counter[str] = Counter()
         by_kind_count: Counter[str] = Counter()
         chain_us: Counter[str] = Counter()
+        chain_by_name: Counter[str] = Counter()
         covered = float("-inf")
         for k in sorted(ran, key=lambda k: float(k["ts"])):
             kind = kind_of(k["name"])
             start, stop = float(k["ts"]), float(k["ts"]) + float(k["dur"])
             by_kind_us[kind] += stop - start
             by_kind_count[kind] += 1
-            chain_us[kind] += max(0.0, stop - max(start, covered))
+            on_chain = max(0.0, stop - max(start, covered))
+            chain_us[kind] += on_chain
+            chain_by_name[_launch_name(k)] += on_chain
             covered = max(covered, stop)
         steps.append(
             StepProfile(
@@ -126,6 +136,7 @@ def graph_steps(trace: dict[str, Any]) -> list[StepProfile]:
                 by_kind_us=dict(by_kind_us),
                 by_kind_count=dict(by_kind_count),
                 chain_by_kind_us=dict(chain_us),
+                chain_by_kernel_us=dict(chain_by_name),
             )
         )
     return steps
@@ -150,6 +161,14 @@ def _median(values: Sequence[float]) -> float:
     return ordered[len(ordered) // 2]
 
 
+def _top_chain(steps: list[StepProfile], n: int = 12) -> list[dict[str, Any]]:
+    """The kernels that cost the chain most, a step (median over the steps)."""
+    names = {name for s in steps for name in s.chain_by_kernel_us}
+    chain = {name: _median([s.chain_by_kernel_us.get(name, 0.0) for s in steps]) for name in names}
+    top = sorted(chain, key=lambda name: -chain[name])[:n]
+    return [{"kernel": name, "chain_us_per_step": chain[name]} for name in top]
+
+
 def summarize(trace: dict[str, Any]) -> dict[str, Any]:
     steps = graph_steps(trace)
     if not steps:
@@ -168,6 +187,7 @@ def summarize(trace: dict[str, Any]) -> dict[str, Any]:
             k: _median([s.chain_by_kind_us.get(k, 0.0) for s in steps]) for k in kinds
         },
         "top_kernels": top_kernels(trace, len(steps)),
+        "top_chain_kernels": _top_chain(steps),
         "first_step": asdict(steps[0]),
     }
 

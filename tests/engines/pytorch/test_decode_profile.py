@@ -34,7 +34,7 @@ def test_each_graph_launch_is_a_step_with_its_kernels_by_kind() -> None:
     # Step 1: a product overlapping the next (dependent launch), a gap, attention.
     events += [
         _kernel("gemv_int4", 10.0, 10.0, 7),
-        _kernel("gemv_int4", 15.0, 10.0, 7),  # starts early, waits: overlaps 5 us
+        {**_kernel("gemv_int4", 15.0, 10.0, 7), "args": {"correlation": 7, "grid": [40, 1, 1]}},
         _kernel("attention_partial", 30.0, 4.0, 7),  # 5 us with no kernel before it
         _kernel("triton_per_fused_rms_norm_0", 34.0, 2.0, 7),
     ]
@@ -50,11 +50,16 @@ def test_each_graph_launch_is_a_step_with_its_kernels_by_kind() -> None:
     assert first.kernel_us == 26.0
     assert first.by_kind_us == {"products": 20.0, "attention": 4.0, "compiled (fused)": 2.0}
     assert first.by_kind_count["products"] == 2
-    # The second product waited from 15 to 20 on the first: it costs the chain 5 us.
     assert first.chain_by_kind_us == {"products": 15.0, "attention": 4.0, "compiled (fused)": 2.0}
     assert steps[1].by_kind_count == {"products": 1, "other": 1}
     summary = decode_profile.summarize({"traceEvents": events})
     assert summary["steps"] == 2 and summary["top_kernels"][0]["kernel"] == "gemv_int4"
+    # Started early and waited: the second product costs the chain 5 us, told apart by grid.
+    assert first.chain_by_kernel_us == {
+        "gemv_int4": 10.0, "gemv_int4 grid [40, 1, 1]": 5.0, "attention_partial": 4.0,
+        "triton_per_fused_rms_norm_0": 2.0,
+    }  # fmt: skip
+    assert summary["top_chain_kernels"][0]["kernel"] == "gemv_int4"
 
 
 def test_a_trace_without_graph_launches_has_no_steps() -> None:
