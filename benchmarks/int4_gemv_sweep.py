@@ -8,7 +8,7 @@ torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
   per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
   the best configurations (split-K 2-16 was tried too, at commit aa41ba2, and never won
   at one row: the kernel no longer has it). Each shape runs in its decode program's form
-  (`NORMED`, `PAIRED`), with dependent launch where the GPU has it;
+  (`NORMED`, `PAIRED`, `GATED`), with dependent launch where the GPU has it;
 - 2-64 rows, `matmul_int4`: BLOCK_M 16 up to the rows' bucket (16, 32, 64), BLOCK_N
   32-256, BLOCK_K 64-512, 4/8 warps, values made in float32 and converted; then the
   best tiles with the values made two at a time in 16-bit halves (`PAIRS`), then
@@ -59,14 +59,15 @@ MAX_SPLIT = 8
 # The decode program's form of each shape at one row (prologue, epilogue): the merged
 # gate/up projections end in their GELU pair, and they, q/k/v and the LM head start with
 # the RMSNorm scaled after the product (`programs`, epilogues on); the per-layer gate
-# (a residual step before, a GELU times the per-layer input after) is left to the
-# autotuner in place; the rest are plain products.
+# starts with the feed-forward's residual step and ends in a GELU times the per-layer
+# input (`kernels.residual_linear`); the rest are plain products.
 PAIRED = {"gate_up", "gate_up double"}
 NORMED = {"qkv sliding", "qkv full", "q sliding (shared KV)", "q full (shared KV)", "lm head"}
+GATED = {"ple gate"}
 
 
-# Two small shapes for `--dry-run`: a plain product and a gate/up pair.
-TINY_SHAPES = (("o sliding", 64, 512, 2), ("gate_up", 128, 256, 1))
+# Small shapes for `--dry-run`: a plain product, a gate/up pair, a per-layer gate.
+TINY_SHAPES = (("o sliding", 64, 512, 2), ("gate_up", 128, 256, 1), ("ple gate", 32, 256, 1))
 
 
 def _timed(fn: Callable[[], Any], device: torch.device) -> float:
@@ -129,9 +130,12 @@ class Shape:
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float16
         self.paired = rows == 1 and name in PAIRED
         self.normed = rows == 1 and (name in NORMED or self.paired)
+        self.gated = rows == 1 and name in GATED
         # The one-row kernel's form of this shape (the pinned table's key holds it).
         self.prologue = kernels.RMS_NORM_AFTER if self.normed else kernels.PLAIN
         self.epilogue = kernels.GELU_PAIR if self.paired else kernels.NO_EPILOGUE
+        if self.gated:
+            self.prologue, self.epilogue = kernels.RESIDUAL, kernels.GELU_TIMES
         self.n_out = n // 2 if self.paired else n
         self.int4_bytes = n * k // 2 + n * (k // GROUP) * 2
         self.dense_bytes = n * k * 2
@@ -145,6 +149,10 @@ class Shape:
         self.x = torch.randn(rows, k, device=dev, dtype=dtype)
         self.nw = torch.randn(k, device=dev, dtype=dtype)
         self.y = torch.empty(rows, self.n_out, device=dev, dtype=dtype)
+        # The residual step's branch and its norm, the row it writes, the gate's factor.
+        self.branch = torch.randn(rows, k, device=dev, dtype=dtype)
+        self.x_new = torch.empty(rows, k, device=dev, dtype=dtype)
+        self.times = torch.randn(rows, self.n_out, device=dev, dtype=dtype)
         self.part = torch.zeros(MAX_SPLIT * rows * n, device=dev, dtype=torch.float32)
         self.counts = torch.zeros(1 << 18, device=dev, dtype=torch.int32)
         self.pdl = dependent_launch.enabled(dev)
@@ -152,13 +160,20 @@ class Shape:
         inputs = self.x.float()
         if self.normed:
             inputs = torch.rms_norm(inputs, (k,), self.nw.float(), 1e-6)
+        if self.gated:
+            inputs = inputs + torch.rms_norm(self.branch.float(), (k,), self.nw.float(), 1e-6)
         self.ref = inputs @ wf.T
         if self.paired:
             gate, up = self.ref.chunk(2, dim=-1)
             self.ref = F.gelu(gate, approximate="tanh") * up
+        if self.gated:
+            self.ref = F.gelu(self.ref, approximate="tanh") * self.times.float()
 
     def gemv_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
+        # x, branch, norm weight, branch norm, scalar, residual out, multiplier (`kernels`)
         x = self.x
+        if self.gated:
+            return (x, self.branch, x, self.nw, x, self.x_new, self.times, *w, self.y)
         return (x, x, self.nw, x, x, x, x, *w, self.y)
 
     def gemv_kwargs(self, config: triton.Config) -> dict[str, Any]:

@@ -162,4 +162,4 @@ def test_the_sweeps_dry_run_pins_every_shape_at_one_and_eight_rows(tmp_path: Pat
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     (entries,) = json.loads(table.read_text()).values()
-    assert len(entries["gemv_int4"]) == 2 and len(entries["matmul_int4"]) == 2
+    assert len(entries["gemv_int4"]) == 3 and len(entries["matmul_int4"]) == 3
