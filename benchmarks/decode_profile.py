@@ -1,13 +1,16 @@
 """Where a served decode step's time goes: the PyTorch engine's server, with its shipped
 defaults plus each variant's flags, profiles a window of its decode steps at one request
-(`--profile-dir`), and this reads the trace back into a table per variant: kernels a step,
-device time by kind of kernel (products, attention, fused elementwise, ...), the step's
-span on the device and how much of it no kernel covers, beside the unprofiled step time
-from the server's own /metrics over a second request.
+(`--profile-dir`), and this reads the trace back per CUDA-graph launch (one model step):
+kernels a step, the step's span on the device and how much of it no kernel covers, and
+its busy time split along the chain of kernels, by kind (products, attention, compiled
+elementwise, ...) and by kernel and launch grid (which tells one product's shape from
+another), beside the unprofiled step time from the server's own /metrics over a second
+request.
 
-Why a script and not the profiler's own table: the question at batch 1 is whether the
-products or the chain of small kernels around them set the step (issue 18), and only the
-kernels' intervals in one step answer it; the table sums over the window.
+Why a script and not the profiler's own table: under dependent launch a kernel starts
+while the one before it runs and waits for it, so its duration counts that wait, and the
+table's sums exceed the step. Split along the chain, each kernel gets the part of its
+interval past every kernel that started before it: what it costs the step (issue 18).
 
     python -m benchmarks.decode_profile OUT --variant bf16= --variant int4="--quantize w4a16"
 """
@@ -39,7 +42,7 @@ PROMPT = "The quick brown fox jumps over the lazy dog. " * 12  # about 128 token
 # Kinds of kernel, first match wins: the decode program's products, its attention, what
 # torch.compile generated (norms, rotary, residuals fused), torch's own ops, copies.
 KINDS = (
-    ("products", re.compile(r"^(gemv|gemv_int4|matmul_int4|dequantize_int4)$|nvjet|gemm|gemv")),
+    ("products", re.compile(r"gemv|matmul_int4|dequantize_int4|nvjet|gemm")),
     ("attention", re.compile(r"attention")),
     ("compiled (fused)", re.compile(r"^triton_")),
     ("sampling", re.compile(r"sort|topk|argmax|multinomial|softmax|exponential", re.I)),
