@@ -384,7 +384,7 @@ def gemv_int4(
         cols = k0 + tl.arange(0, BLOCK_K)
         x, squares = _input(
             x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, cols < K, rstd, branch_rstd,
-            squares, PROLOGUE, SCALE,
+            squares, xo_ptr, pid == 0, PROLOGUE, SCALE,
         )  # fmt: skip
         # Per word: sum_i q_i x_i = 16 * sum_i f_i x_i - 24 * sum_i x_i (16 applied at the end).
         offset = 1.5 * tl.sum(tl.reshape(x, (WORDS, 8)), axis=1)

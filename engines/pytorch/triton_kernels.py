@@ -76,10 +76,14 @@ def _input(
     rstd,
     branch_rstd,
     squares,
+    xo_ptr,
+    writes_residual,
     PROLOGUE: tl.constexpr,
     SCALE: tl.constexpr,
 ):
     # One chunk of the product's input row, and the running squares of prologue 5.
+    # Prologue 3's new residual row is written here, chunk by chunk as the product reads
+    # it, by the one program told to (`_prologue` says why).
     if PROLOGUE == 5:
         # Times the norm weight now, the reciprocal RMS (of these same chunks) at the end.
         x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
@@ -88,6 +92,8 @@ def _input(
         return x, squares
     if PROLOGUE == 3 or PROLOGUE == 4:
         x = _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE)
+        if PROLOGUE == 3 and writes_residual:
+            tl.store(xo_ptr + cols, x.to(xo_ptr.dtype.element_ty), mask=col_ok)
     else:
         x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     if PROLOGUE == 1 or PROLOGUE == 4:
@@ -115,9 +121,12 @@ def _prologue(
     SCALE: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     # What a product's input needs before its first chunk, shared by `gemv` and
-    # `triton_int4.gemv_int4`: the row's reciprocal RMS (prologues 1, 3, 4), the branch's
+    # `triton_int4.gemv_int4`: the row's reciprocal RMS (prologues 1, 4), the branch's
     # (3, 4) and the scalar. Every program rebuilds the new residual row from L2 (a few
     # KB); the one told to (`writes_residual`) also writes it out for the rest of the layer.
+    # Prologue 4 normalises that row before the product, so it takes a pass here; 3 does
+    # not, and builds it chunk by chunk in `_input` (a pass here, in every program, cost
+    # the per-layer gate 7.7 us a launch: records, `2026-12-02-h200-int4-batch1-profile`).
     rstd = 1.0
     branch_rstd = 1.0
     scalar = 1.0
@@ -127,6 +136,7 @@ def _prologue(
         rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
     if PROLOGUE == 3 or PROLOGUE == 4:
         branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
+    if PROLOGUE == 4:
         squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
             res_cols = k0 + tl.arange(0, BLOCK_K)
@@ -208,7 +218,7 @@ def gemv(
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
     x, squares = _input(
         x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, col_ok, rstd, branch_rstd, squares,
-        PROLOGUE, SCALE,
+        xo_ptr, pid == 0, PROLOGUE, SCALE,
     )  # fmt: skip
     acc = w.to(tl.float32) * x[None, :]
     acc_up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -219,7 +229,7 @@ def gemv(
         col_ok = cols < K
         x, squares = _input(
             x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, col_ok, rstd, branch_rstd, squares,
-            PROLOGUE, SCALE,
+            xo_ptr, pid == 0, PROLOGUE, SCALE,
         )  # fmt: skip
         w, w_up = _weights(w_ptr, rows, row_ok, cols, col_ok, N, K, EPILOGUE)
         acc += w.to(tl.float32) * x[None, :]
