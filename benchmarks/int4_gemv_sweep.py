@@ -351,13 +351,12 @@ def sweep(
             listed = [_with(c, PAIRS=False) for c in listed]
         plan += [(shape, c) for c in [*listed, *tiles]]
     run(plan, "tiles")
-    if focused:
-        pass
-    elif shapes[0].rows == 1:
+    # A focused sweep goes straight to prefetch and stages.
+    if shapes[0].rows == 1 and not focused:
         top = 1 if few else 6
         plan = [(s, _with(c, GROUP_SCALES=True)) for s in shapes for c in best(s, top)]
         run(plan, "group scales")
-    else:
+    elif not focused:
         # The same tiles with the values made two at a time (`PAIRS`), on each shape's
         # best (inline PTX: not in a dry run, which the interpreter runs).
         if not few:
