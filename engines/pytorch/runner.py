@@ -8,8 +8,12 @@ its kernel, and so its summation order, by the number of rows (on this project's
 1-row product takes a matrix-vector path whose last bits differ from the same row inside
 an 8-row product, and 2, 3, 5, 6 or 7 rows take remainder kernels that differ again).
 
-With `batch_invariant` on, every linear layer in decode uses one of two strategies,
-chosen per weight shape when the runner starts:
+Elementwise transcendental functions are the third: a CPU kernel runs the whole vectors
+of a tensor through its SIMD code and the last few elements through scalar code, whose
+last bits differ, so which path a row's element takes depends on the rows before it
+(seen on a 2-CPU host: Gemma 4's GELU on a width-8 per-layer input). With
+`batch_invariant` on, activation modules run each row on its own, and every linear layer
+in decode uses one of two strategies, chosen per weight shape when the runner starts:
 - tiled: pad the rows to a multiple of `TILE` and run one GEMM. Used only where a check
   at start-up shows that, for this shape, dtype and BLAS, a row's result is the same at
   every padded row count up to the largest batch and at every position in the batch.
@@ -44,7 +48,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -97,13 +101,22 @@ def tiling_is_invariant(weight: torch.Tensor, bias: torch.Tensor | None, max_row
     return torch.equal(shifted, torch.roll(full, 3, dims=0))
 
 
-class BatchInvariantLinears:
-    """Switchable batch-invariant forward for every `nn.Linear` of a model."""
+def _is_activation(module: nn.Module) -> bool:
+    """transformers' activation modules and torch's own (GELU, SiLU, Tanh, ...)."""
+    return type(module).__module__ in ("transformers.activations", nn.modules.activation.__name__)
+
+
+class BatchInvariantOps:
+    """Switchable batch-invariant forward for every `nn.Linear` and activation module of
+    a model."""
 
     def __init__(self, model: nn.Module, max_rows: int) -> None:
         self.active = False
         self.strategy: dict[tuple[int, ...], str] = {}
         for module in model.modules():
+            if _is_activation(module):
+                module.forward = functools.partial(self._rowwise, module.forward)
+                continue
             if type(module) is not nn.Linear:
                 continue
             key = self._key(module)
@@ -118,6 +131,14 @@ class BatchInvariantLinears:
             sum(v == "tiled" for v in self.strategy.values()),
             sum(v == "rowwise" for v in self.strategy.values()),
         )
+
+    def _rowwise(
+        self, forward: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+    ) -> torch.Tensor:
+        # Each row alone, as its own tensor: the same SIMD and scalar split whatever the batch.
+        if not self.active or x.dim() < 2 or x.shape[0] == 1:
+            return forward(x)
+        return torch.cat([forward(row) for row in x.split(1)])
 
     @staticmethod
     def _key(module: nn.Linear) -> tuple[int, ...]:
@@ -189,7 +210,7 @@ class ModelRunner:
             grow=not batched_decode,
             scratch_slot=batched_decode,
         )
-        self.invariant = BatchInvariantLinears(self.model, num_slots) if batch_invariant else None
+        self.invariant = BatchInvariantOps(self.model, num_slots) if batch_invariant else None
         vocab = int(self.model.get_output_embeddings().out_features)  # also for int4 heads
         # Never choose ids past the tokenizer's vocabulary (padded embedding tables, or a
         # random model with a real model's vocabulary): they decode to nothing. A random
