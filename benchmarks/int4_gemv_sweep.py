@@ -13,6 +13,8 @@ torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
   32-256, BLOCK_K 64-512, 4/8 warps, values made in float32 and converted; then the
   best tiles with the values made two at a time in 16-bit halves (`PAIRS`), then
   split-K, the same way.
+- 64 rows: each shape's best tiles widened to 64 rows, with the rows as the tensor
+  cores' long side (`ROWS_FIRST`) and without.
 - both: each shape's best with the next chunk's loads issued before the current chunk's
   work (`PREFETCH`), before the stages phase. `--focused` starts from the autotuner's list
   and the shipped pinned configuration instead of the wide grid, then runs only those two
@@ -366,6 +368,13 @@ def sweep(
         splits = (2, 4, 8)
         plan = [(s, _with(c, SPLIT_K=k)) for s in shapes for c in best(s, top) for k in splits]
         run(plan, "splits")
+    if shapes[0].rows >= 64 and not few:
+        # 64-row tiles with the rows on wgmma's M (`ROWS_FIRST`): each shape's best, and
+        # its best tiles widened to all 64 rows (inline PTX: not in a dry run).
+        tops = [(s, c) for s in shapes for c in best(s, 4)]
+        plan = [(s, _with(c, BLOCK_M=64, ROWS_FIRST=True)) for s, c in tops]
+        plan += [(s, _with(c, BLOCK_M=64)) for s, c in tops]
+        run(plan, "rows first")
     # The best with the next chunk's loads issued before this chunk's work (`PREFETCH`).
     top = 1 if few else 4
     plan = [(s, _with(c, PREFETCH=True)) for s in shapes for c in best(s, top)]
@@ -415,7 +424,9 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
         sugg = min((timed[c] for c in suggested if c in timed), key=lambda r: r["us"])
         top = min(timed.values(), key=lambda r: r["us"])
         floats = [r for r in timed.values() if not r["meta"].kwargs.get("PAIRS")]
-        top_float = min(floats, key=lambda r: r["us"], default=top)
+        # None where no configuration made its values in float32 (a focused sweep at
+        # 8-64 rows may time none)
+        top_float = min(floats, key=lambda r: r["us"], default=None)
         plain = [r for r in timed.values() if not r["meta"].kwargs.get("PREFETCH")]
         pinned = [timed[c] for c in map(_label, _pinned_config(s)) if c in timed]
         refs = s.refs
@@ -425,7 +436,7 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
             "list": pick["us"] if pick else math.nan,
             "suggested": sugg["us"],
             "best": top["us"],
-            "best_float_dequant": top_float["us"],
+            "best_float_dequant": top_float["us"] if top_float else math.nan,
             "best_no_prefetch": min((r["us"] for r in plain), default=math.nan),
             # the shipped table's pick, timed with this run's kernel
             "pinned": pinned[0]["us"] if pinned else math.nan,
@@ -444,7 +455,8 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
                 "paired": s.paired, "copies": s.copies, "int4_bytes": s.int4_bytes,
                 **refs, "list_pick": pick and {k: pick[k] for k in ("config", "us", "gb_s")},
                 "best": {k: top[k] for k in ("config", "us", "gb_s")},
-                "best_float_dequant": {k: top_float[k] for k in ("config", "us", "gb_s")},
+                "best_float_dequant": top_float
+                and {k: top_float[k] for k in ("config", "us", "gb_s")},
                 "timings": [
                     {k: v for k, v in r.items() if k != "meta"} for r in s.results.values()
                 ],

@@ -34,7 +34,7 @@ every run, so greedy text repeats. At one row no split won on any E2B shape in
 instead), so `gemv_int4` has none.
 
 The configuration lists are that sweep's suggestions at 1, 8 and 64 rows (records:
-`benchmarks/records/2026-12-02-h200-int4-batch1-profile.md`): short, since the
+`benchmarks/records/2026-12-02-h200-int4-rows-first.md`): short, since the
 autotuner times every entry at each new shape while the server captures its graphs
 (`_prune_splits` drops row tiles past a bucket's rows, so 2-16 rows see only the 16-row
 tiles). On a GPU model the pinned tables name (`PINNED_PATH`), a shape they hold gets
@@ -70,13 +70,16 @@ MAX_SPLIT_K = 8
 # choice, hence the same sums (the autotuner's own pick varies with timing noise). Other
 # GPUs and shapes fall back to the list.
 PINNED_PATH = Path(__file__).with_name("int4_configs.json")
-_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH")
+_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH", "ROWS_FIRST")
+# Flags off unless named (the kernels' defaults): a label leaves them out when off.
+OFF_UNLESS_NAMED = ("PAIRS", "PREFETCH", "ROWS_FIRST")
 
 
 def config_label(config: triton.Config) -> str:
     """`block_n=16,block_k=512,group_scales=1,w=2,s=2`: a configuration as the sweep's
-    records and the pinned tables write it."""
-    meta = config.kwargs
+    records and the pinned tables write it, one label a configuration (an off flag that
+    is off by default is left out, so the sweep never times one configuration twice)."""
+    meta = {k: v for k, v in config.kwargs.items() if k not in OFF_UNLESS_NAMED or v}
     parts = [f"{k.lower()}={int(v) if isinstance(v, bool) else v}" for k, v in meta.items()]
     return ",".join(parts) + f",w={config.num_warps},s={config.num_stages}"
 
@@ -98,7 +101,10 @@ class PinnedTableError(BenchError, ValueError):
 # Per kernel: the meta-parameters a pinned configuration must name, and may.
 _KERNELS = {
     "gemv_int4": ({"BLOCK_N", "BLOCK_K", "GROUP_SCALES"}, {"PREFETCH"}),
-    "matmul_int4": ({"BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"}, {"PAIRS", "PREFETCH"}),
+    "matmul_int4": (
+        {"BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"},
+        {"PAIRS", "PREFETCH", "ROWS_FIRST"},
+    ),
 }
 
 
@@ -202,16 +208,16 @@ GEMV_INT4_CONFIGS = [
         num_warps=w,
         num_stages=s,
     )
-    # the focused sweep's suggestion at one row (`-int4-prefetch-sweep.json`)
+    # the focused sweep's suggestion at one row (`-int4-rows-first-sweep.json`)
     for bn, bk, gs, pf, w, s in (
         (4, 256, False, False, 2, 2),
-        (1, 1024, False, False, 4, 2),
         (16, 512, True, True, 4, 2),
-        (4, 2048, True, False, 8, 4),
-        (4, 2048, True, True, 4, 1),
-        (8, 2048, False, False, 8, 1),
-        (16, 256, True, False, 2, 4),
-        (16, 1024, False, True, 8, 1),
+        (8, 2048, False, True, 8, 4),
+        (16, 1024, False, True, 8, 3),
+        (16, 512, True, False, 2, 4),
+        (8, 2048, False, False, 8, 4),
+        (4, 2048, True, True, 4, 4),
+        (16, 1024, True, False, 4, 3),
     )
 ]
 
@@ -412,27 +418,27 @@ MATMUL_INT4_CONFIGS = [
             "SPLIT_K": sk,
             "PAIRS": pairs,
             "PREFETCH": pf,
+            "ROWS_FIRST": rf,
         },
         num_warps=w,
         num_stages=s,
     )
-    # the focused sweep's suggestions at 8 rows, then at 64 (`-int4-prefetch-sweep.json`)
-    for bm, bn, bk, sk, pairs, pf, w, s in (
-        (16, 32, 256, 1, False, False, 4, 3),
-        (16, 32, 64, 8, True, True, 4, 4),
-        (16, 64, 256, 1, True, False, 4, 1),
-        (16, 64, 128, 2, True, False, 4, 3),
-        (16, 64, 128, 4, True, False, 4, 3),
-        (16, 32, 64, 8, True, True, 4, 1),
-        (16, 32, 256, 1, True, True, 4, 3),
-        (16, 64, 128, 8, True, False, 4, 1),
-        (32, 32, 256, 1, False, False, 4, 3),
-        (32, 64, 128, 8, True, False, 4, 1),
-        (64, 64, 128, 1, True, False, 4, 3),
-        (32, 64, 256, 1, True, False, 4, 3),
-        (32, 64, 128, 4, True, True, 4, 4),
-        (64, 128, 128, 1, True, False, 8, 1),
-        (32, 64, 128, 8, True, True, 4, 1),
+    # the focused sweep's suggestions at 8 rows, then at 64 (`-int4-matmul-sweep.json`)
+    for bm, bn, bk, sk, pairs, pf, rf, w, s in (
+        (16, 32, 256, 1, True, True, False, 4, 3),
+        (16, 32, 64, 8, True, True, False, 4, 1),
+        (16, 64, 256, 1, True, False, False, 4, 1),
+        (16, 64, 128, 4, True, True, False, 4, 1),
+        (16, 32, 64, 8, True, True, False, 4, 3),
+        (16, 32, 256, 1, True, True, False, 4, 1),
+        (16, 64, 128, 8, True, True, False, 4, 1),
+        (16, 64, 128, 4, True, False, False, 4, 1),
+        (32, 64, 256, 1, True, False, False, 4, 3),
+        (32, 64, 128, 4, True, True, False, 4, 1),
+        (64, 64, 128, 1, True, True, True, 4, 3),
+        (64, 64, 128, 8, True, True, False, 4, 3),
+        (64, 64, 256, 1, True, False, True, 4, 1),
+        (64, 128, 128, 1, True, False, False, 8, 1),
     )
 ]
 
@@ -532,23 +538,50 @@ def _chunk_scales(
 
 
 @triton.jit
-def _matmul_chunk(
-    x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0, K, GROUP: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def _chunk_weights(
+    wq_ptr, ws_ptr, outs, out_ok, k0, K, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    # One chunk's packed words and their scales (outputs, BLOCK_K / 8) and its inputs
-    # (rows, BLOCK_K); all zero past K (what a prefetch after the last chunk asks for).
+    # One chunk's packed words and their scales (outputs, BLOCK_K / 8); zero past K.
     words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
     mask = out_ok[:, None] & (words < K // 8)[None, :]
     packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
     scale = _chunk_scales(ws_ptr, outs, out_ok & (k0 < K), k0, K, GROUP, BLOCK_N, BLOCK_K)
+    return packed, scale
+
+
+@triton.jit
+def _chunk_inputs(x_ptr, rows, row_ok, k0, K, BLOCK_K: tl.constexpr):
+    # One chunk's inputs (rows, BLOCK_K); zero past K.
     cols = k0 + tl.arange(0, BLOCK_K)
-    x = tl.load(
+    return tl.load(
         x_ptr + rows[:, None] * K + cols[None, :],
         mask=row_ok[:, None] & (cols < K)[None, :],
         other=0.0,
     )
-    return packed, scale, x
+
+
+@triton.jit
+def _matmul_chunk(
+    x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0, K, GROUP: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):  # fmt: skip
+    # One chunk's weights and inputs (what a prefetch after the last chunk asks for is zero).
+    packed, scale = _chunk_weights(wq_ptr, ws_ptr, outs, out_ok, k0, K, GROUP, BLOCK_N, BLOCK_K)
+    return packed, scale, _chunk_inputs(x_ptr, rows, row_ok, k0, K, BLOCK_K)
+
+
+@triton.jit
+def _chunk_product(acc, packed, scale, x, PAIRS: tl.constexpr, ROWS_FIRST: tl.constexpr):
+    # Outputs on the product's long side (the rows are few): wgmma's M, the dequantized
+    # tile its register operand. ROWS_FIRST (64-row tiles fill wgmma's M): the rows
+    # there, the dequantized tile stored once to shared memory as its other operand.
+    w = _dequantized_tile(packed, scale, x.dtype, PAIRS)
+    if ROWS_FIRST:  # noqa: SIM108 (a constexpr branch: only one dot is built)
+        acc = acc + tl.dot(x, tl.trans(w))
+    else:
+        acc = acc + tl.dot(w, tl.trans(x))
+    return acc
 
 
 @triton.autotune(
@@ -576,6 +609,7 @@ def matmul_int4(
     SPLIT_K: tl.constexpr,
     PAIRS: tl.constexpr = False,
     PREFETCH: tl.constexpr = False,
+    ROWS_FIRST: tl.constexpr = False,
 ):
     # Tiles of BLOCK_M rows by BLOCK_N outputs; each chunk's int4 tile is dequantized in
     # registers, nibble by nibble, interleaved back into input order and multiplied on
@@ -589,32 +623,37 @@ def matmul_int4(
     outs = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < M
     out_ok = outs < N
-    dtype = x_ptr.dtype.element_ty
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if ROWS_FIRST:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     STEP: tl.constexpr = BLOCK_K * SPLIT_K
+    start = split * BLOCK_K
+    # Not a dependent launch: served at 8 and 64 rows, the step took 0.13 ms longer with
+    # one (records: `2026-12-02-h200-int4-rows-first.md`).
+    packed, scale, x = _matmul_chunk(
+        x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, start, K, GROUP, BLOCK_N, BLOCK_K
+    )
     if PREFETCH:
-        chunk_next = _matmul_chunk(
-            x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, split * BLOCK_K, K, GROUP,
-            BLOCK_N, BLOCK_K,
-        )  # fmt: skip
-    for k0 in range(split * BLOCK_K, K, STEP):
-        if PREFETCH:
+        for k0 in range(start, K, STEP):
             # The next chunk's loads go out before this one's dequantize and product,
             # so their latency hides behind them (the loop itself is not pipelined).
-            packed, scale, x = chunk_next
             chunk_next = _matmul_chunk(
                 x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0 + STEP, K, GROUP,
                 BLOCK_N, BLOCK_K,
             )  # fmt: skip
-        else:
+            acc = _chunk_product(acc, packed, scale, x, PAIRS, ROWS_FIRST)
+            packed, scale, x = chunk_next
+    else:
+        acc = _chunk_product(acc, packed, scale, x, PAIRS, ROWS_FIRST)
+        for k0 in range(start + STEP, K, STEP):
             packed, scale, x = _matmul_chunk(
                 x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0, K, GROUP, BLOCK_N,
                 BLOCK_K,
             )  # fmt: skip
-        w = _dequantized_tile(packed, scale, dtype, PAIRS)
-        # Outputs on the product's long side (the rows are few): wgmma's M, the
-        # dequantized tile its register operand.
-        acc += tl.dot(w, tl.trans(x))
+            acc = _chunk_product(acc, packed, scale, x, PAIRS, ROWS_FIRST)
+    if ROWS_FIRST:
+        acc = tl.trans(acc)
     offsets = outs[:, None] + rows[None, :] * N
     tile_ok = out_ok[:, None] & row_ok[None, :]
     if SPLIT_K == 1:

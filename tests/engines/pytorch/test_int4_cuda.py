@@ -1,10 +1,10 @@
 """The int4 kernels' variants agree bit for bit on the GPU: values made two at a time in
 16-bit halves (`triton_int4._dequantized_pairs`, inline PTX the CPU interpreter cannot
 run) against the float32 way, in `matmul_int4` and `dequantize_int4`; the next chunk's
-loads issued early (`PREFETCH`) against the plain loop, in both products; the one-row
-kernel's compiled form (its nibbles unpacked by one inline LOP3) matches
-dequantize-then-matmul; and the dense weight that prefill multiplies equals the CPU's
-`int4.dequantize`."""
+loads issued early (`PREFETCH`) against the plain loop, in both products. The one-row
+kernel's compiled form (its nibbles unpacked by one inline LOP3) and 64-row tiles with
+the rows on the tensor cores' long side (`ROWS_FIRST`) match dequantize-then-matmul, and
+the dense weight that prefill multiplies equals the CPU's `int4.dequantize`."""
 
 from __future__ import annotations
 
@@ -84,20 +84,40 @@ def test_prefetch_makes_the_same_products(
         assert torch.equal(outputs[0], outputs[1]), rows
 
 
+def _error(got: torch.Tensor, x: torch.Tensor, weight: tuple[torch.Tensor, torch.Tensor]) -> float:
+    """The largest difference from dequantize-then-matmul, relative to its largest value."""
+    want = x.float() @ int4.dequantize(*weight, torch.float32).T
+    return float((got.float() - want).abs().max() / want.abs().max())
+
+
 @pytest.mark.parametrize("prefetch", [0, 1])
 def test_the_one_row_kernel_matches_dequantize_then_matmul(
     weight: tuple[torch.Tensor, torch.Tensor], prefetch: int
 ) -> None:
     from engines.pytorch import triton_int4
 
-    packed, scale = weight
-    x = torch.randn(1, packed.shape[1] * 8, device="cuda", dtype=scale.dtype)
-    want = x.float() @ int4.dequantize(packed, scale, torch.float32).T
+    x = torch.randn(1, weight[0].shape[1] * 8, device="cuda", dtype=weight[1].dtype)
     for tile in ("block_n=4,block_k=256,group_scales=0", "block_n=16,block_k=512,group_scales=1"):
         got = _with_config(
             triton_int4.gemv_int4,
             f"{tile},prefetch={prefetch},w=4,s=2",
-            lambda: kernels.linear(x, (packed, scale), True),
+            lambda: kernels.linear(x, weight, True),
         )
-        err = (got.float() - want).abs().max() / want.abs().max()
-        assert err < 1e-2, (tile, float(err))
+        assert _error(got, x, weight) < 1e-2, tile
+
+
+@pytest.mark.parametrize("split", [1, 2])
+def test_rows_first_tiles_match_dequantize_then_matmul(
+    weight: tuple[torch.Tensor, torch.Tensor], split: int
+) -> None:
+    from engines.pytorch import triton_int4
+
+    x = torch.randn(64, weight[0].shape[1] * 8, device="cuda", dtype=weight[1].dtype)
+    for rows_first in (0, 1):
+        got = _with_config(
+            triton_int4.matmul_int4,
+            f"block_m=64,block_n=64,block_k=128,split_k={split},pairs=1,rows_first={rows_first},"
+            "w=4,s=3",
+            lambda: kernels._launch_matmul_int4(x, *weight),
+        )
+        assert _error(got, x, weight) < 1e-2, rows_first

@@ -24,8 +24,20 @@ LISTS = [*triton_int4.GEMV_INT4_CONFIGS, *triton_int4.MATMUL_INT4_CONFIGS]
 @pytest.mark.parametrize("config", LISTS, ids=triton_int4.config_label)
 def test_labels_read_back_as_the_same_configuration(config: Any) -> None:
     again = triton_int4.config_from_label(triton_int4.config_label(config))
-    assert again.kwargs == config.kwargs
+    named = {
+        key: value
+        for key, value in config.kwargs.items()
+        if key not in triton_int4.OFF_UNLESS_NAMED or value
+    }
+    assert again.kwargs == named
     assert (again.num_warps, again.num_stages) == (config.num_warps, config.num_stages)
+    assert triton_int4.config_label(again) == triton_int4.config_label(config)
+
+
+def test_a_configuration_has_one_label() -> None:
+    plain = "block_m=16,block_n=64,block_k=128,split_k=4,pairs=1,w=4,s=1"
+    spelled = "block_m=16,block_n=64,block_k=128,split_k=4,pairs=1,prefetch=0,rows_first=0,w=4,s=1"
+    assert triton_int4.config_label(triton_int4.config_from_label(spelled)) == plain
 
 
 def test_the_shipped_table_parses_and_keys_every_shape_once() -> None:

@@ -117,13 +117,20 @@ def test_gemv_int4_variant_builds_for_sm90(
     assert compiled.asm["ptx"].count("cvt.rn.f32.s32") < 8
 
 
-@pytest.mark.parametrize("split", [1, 4])
-def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int) -> None:
+@pytest.mark.parametrize(("split", "prefetch"), [(1, False), (4, True)])
+def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int, prefetch: bool) -> None:
     from engines.pytorch import triton_int4
 
     signature = _int4_signature(("x_ptr", "ws_ptr", "y_ptr"), ("M", "N", "K", "M_BUCKET"))
     signature = {name: signature[name] for name in triton_int4.matmul_int4.fn.arg_names[:10]}
-    constants = {"GROUP": 32, "BLOCK_M": 16, "BLOCK_N": 64, "BLOCK_K": 256, "SPLIT_K": split}
+    constants = {
+        "GROUP": 32,
+        "BLOCK_M": 16,
+        "BLOCK_N": 64,
+        "BLOCK_K": 256,
+        "SPLIT_K": split,
+        "PREFETCH": prefetch,
+    }
     signature |= dict.fromkeys(constants, "constexpr")
     source = ASTSource(fn=triton_int4.matmul_int4.fn, signature=signature, constexprs=constants)
     compiled = triton.compile(source, target=H200)
