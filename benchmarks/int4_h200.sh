@@ -10,6 +10,10 @@
 #           bf16 and for --quantize w4a16;
 #   profile: the served step at one request, bf16 and int4, profiled and split along
 #           its chain of kernels (`benchmarks.decode_profile`; about 5 minutes);
+#   profile-tables: the int4 step profiled twice in one run, with the shipped table and
+#           with TABLE (a pinned table kept elsewhere, e.g. `git show REV:engines/pytorch/
+#           int4_configs.json > old.json`, carried as an untracked file), which separates
+#           a retuning from the machine (about 5 minutes);
 #   server-int4: the int4 sweep alone (about 3 minutes: the bf16 one is in
 #           benchmarks/records/2026-12-02-h200-int4-server.json);
 #   sweep:  the engine's CUDA tests, then `benchmarks.int4_gemv_sweep` (every block shape
@@ -28,7 +32,8 @@
 # Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh);
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
-#   OUT=/path/to/out bash benchmarks/int4_h200.sh steps|server|server-int4|profile|sweep|table|all
+#   OUT=/path/to/out bash benchmarks/int4_h200.sh \
+#     steps|server|server-int4|profile|profile-tables|sweep|table|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -137,6 +142,14 @@ steps)
 profile)
   timeout "${TMO:-560}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
     --variant bf16= --variant int4="--quantize w4a16" > "$OUT/dp.log" 2>&1
+  echo "decode profile exit: $?"
+  tail -8 "$OUT/dp.log"
+  ;;
+profile-tables)
+  timeout "${TMO:-560}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
+    --variant shipped="--quantize w4a16" \
+    --variant table="--quantize w4a16 --int4-configs ${TABLE:?TABLE=path of the other table}" \
+    > "$OUT/dp.log" 2>&1
   echo "decode profile exit: $?"
   tail -8 "$OUT/dp.log"
   ;;

@@ -2,7 +2,8 @@
 
 Inputs that cannot work (an unknown `random:` name or dtype, `--device cuda` on a build or
 host without CUDA, a model path that does not exist or holds a format this engine does not
-load) end with one line on stderr and exit status 2, before anything loads.
+load, an `--int4-configs` file that does not exist) end with one line on stderr and exit
+status 2, before anything loads.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ def check_config(config: EngineConfig) -> None:
         raise InputError(f"--device {config.device}: {why}; use --device cpu or auto")
     if config.dtype != "auto":
         resolve_dtype(config.dtype, torch.device("cpu"))
+    if config.int4_configs is not None and not Path(config.int4_configs).expanduser().is_file():
+        raise InputError(f"--int4-configs {config.int4_configs}: no such file")
     _check_model(config.model)
 
 

@@ -19,6 +19,7 @@ class EngineConfig:
     max_model_len: int | None = None
     dtype: str = "auto"
     quantize: str = "none"  # w4a16: int4 weights quantized at load
+    int4_configs: str | None = None  # the int4 kernels' pinned table (None: the shipped one)
     device: str = "auto"
     seed: int = 0
     batch_invariant: str = "auto"  # auto: on for CPU, off for CUDA
@@ -135,6 +136,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="w4a16: quantize the model's Linear layers and embedding tables to int4 at load "
         "(round-to-nearest, symmetric, groups of 32; engines.pytorch.checkpoint). A "
         "compressed-tensors W4A16 checkpoint loads as int4 without it",
+    )
+    p.add_argument(
+        "--int4-configs",
+        metavar="PATH",
+        default=None,
+        help="the int4 kernels' block shapes per GPU model and shape, as "
+        "benchmarks/int4_gemv_sweep.py --table writes them (default: the table shipped "
+        "in engines/pytorch/int4_configs.json)",
     )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     p.add_argument("--seed", type=int, default=0, help="seed of random:<name> weights")

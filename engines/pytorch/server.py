@@ -26,6 +26,7 @@ def create_state(config: EngineConfig) -> ServingState:
 
     if config.threads > 0:
         torch.set_num_threads(config.threads)
+    table = None if config.int4_configs is None else Path(config.int4_configs).expanduser()
     loaded = load_model(
         config.model,
         dtype=config.dtype,
@@ -34,6 +35,7 @@ def create_state(config: EngineConfig) -> ServingState:
         max_model_len=config.max_model_len,
         served_name=config.served_model_name,
         quantize=config.quantize,
+        int4_configs=table,
     )
     device_type = loaded.device.type
     runner = ModelRunner(

@@ -20,6 +20,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -271,12 +272,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "--profile", action="store_true", help="profile one decode step at the batch sizes"
     )
     p.add_argument("--quantize", choices=("none", "w4a16"), default="none")
+    p.add_argument("--int4-configs", type=Path, help="the int4 kernels' pinned table")
     p.add_argument("--out", help="write the results here as JSON")
     args = p.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     batches = [int(b) for b in args.batches.split(",") if b]
-    loaded = load_model(args.model, dtype=args.dtype, device=args.device, quantize=args.quantize)
+    loaded = load_model(
+        args.model,
+        dtype=args.dtype,
+        device=args.device,
+        quantize=args.quantize,
+        int4_configs=args.int4_configs,
+    )
     runner = ModelRunner(
         loaded,
         num_slots=max(batches),

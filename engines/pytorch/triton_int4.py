@@ -37,8 +37,9 @@ The configuration lists are that sweep's suggestions at 1, 8 and 64 rows (record
 `benchmarks/records/2026-12-02-h200-int4-rows-first.md`): short, since the
 autotuner times every entry at each new shape while the server captures its graphs
 (`_prune_splits` drops row tiles past a bucket's rows, so 2-16 rows see only the 16-row
-tiles). On a GPU model the pinned tables name (`PINNED_PATH`), a shape they hold gets
-only its pinned configuration.
+tiles). On a GPU model the pinned tables name (`PINNED_PATH`, or the table the server's
+`--int4-configs` names: `use_pinned_tables`), a shape they hold gets only its pinned
+configuration.
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
@@ -70,6 +71,8 @@ MAX_SPLIT_K = 8
 # choice, hence the same sums (the autotuner's own pick varies with timing noise). Other
 # GPUs and shapes fall back to the list.
 PINNED_PATH = Path(__file__).with_name("int4_configs.json")
+# The table `use_pinned_tables` chose (the server's --int4-configs); None: PINNED_PATH.
+_chosen_table: Path | None = None
 _FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH", "ROWS_FIRST")
 # Flags off unless named (the kernels' defaults): a label leaves them out when off.
 OFF_UNLESS_NAMED = ("PAIRS", "PREFETCH", "ROWS_FIRST")
@@ -95,7 +98,8 @@ def config_from_label(label: str) -> triton.Config:
 
 
 class PinnedTableError(BenchError, ValueError):
-    """The shipped pinned table cannot be read (`PINNED_PATH`)."""
+    """The pinned table cannot be read (`PINNED_PATH`, or the one `use_pinned_tables`
+    chose)."""
 
 
 # Per kernel: the meta-parameters a pinned configuration must name, and may.
@@ -119,12 +123,15 @@ def _check_label(kernel: str, label: str) -> None:
 def _pinned_tables() -> dict:
     """The pinned tables, every label read back once (`PinnedTableError` names the
     first bad entry): checked when an int4 model loads, not at its first launch."""
-    if not PINNED_PATH.exists():
+    path = PINNED_PATH if _chosen_table is None else _chosen_table
+    if _chosen_table is None and not path.exists():
         return {}
-    where = PINNED_PATH.name
+    where = path.name if _chosen_table is None else str(path)
     try:
-        tables = json.loads(PINNED_PATH.read_text())
-    except (OSError, ValueError) as exc:
+        tables = json.loads(path.read_text())
+    except OSError as exc:
+        raise PinnedTableError(f"{where}: cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
         raise PinnedTableError(f"{where}: not readable JSON ({exc})") from None
     if not isinstance(tables, dict):
         raise PinnedTableError(f"{where}: expected an object of GPU names")
@@ -143,8 +150,14 @@ def _pinned_tables() -> dict:
     return tables
 
 
-def check_pinned_tables() -> None:
-    """Reads the pinned tables now (raises `PinnedTableError` on a bad one)."""
+def use_pinned_tables(path: Path | None) -> None:
+    """Pins from `path` (a table `benchmarks/int4_gemv_sweep.py --table` wrote: a new
+    GPU model's, or another tuning compared in one run) instead of the shipped one;
+    None: the shipped one. Set before the first int4 launch; read and checked now."""
+    global _chosen_table
+    _chosen_table = path
+    _pinned_tables.cache_clear()
+    _pinned.cache_clear()
     _pinned_tables()
 
 

@@ -47,6 +47,7 @@ def torn_folder(tmp_path: Path) -> str:
         (["--model", "random:nope"], "unknown random model random:nope; known: random:tiny"),
         (["--dtype", "bogus"], "--dtype: unknown dtype 'bogus'"),
         (["--model", "/no/such/model"], "--model /no/such/model: no such file or folder"),
+        (["--int4-configs", "/no/such/table.json"], "--int4-configs /no/such/table.json: no such"),
         (["--model", "GGUF_DIR"], "holds GGUF; this engine loads Hugging Face folders"),
         (["--model", "TORN_DIR"], "/m: unreadable safetensors: "),
         (["--model", "org/not-in-the-cache"], "python -m engines.pytorch: "),

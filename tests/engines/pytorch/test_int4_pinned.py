@@ -48,7 +48,7 @@ def test_the_shipped_table_parses_and_keys_every_shape_once() -> None:
             for key, label in entries.items():
                 assert len(key.split(",")) in (4, 5) and all(p.isdigit() for p in key.split(","))
                 triton_int4.config_from_label(label)
-    triton_int4.check_pinned_tables()
+    triton_int4.use_pinned_tables(None)
 
 
 @pytest.mark.parametrize(
@@ -74,11 +74,33 @@ def test_a_bad_pinned_table_is_one_line_naming_the_entry(
     triton_int4._pinned_tables.cache_clear()
     try:
         with pytest.raises(triton_int4.PinnedTableError) as caught:
-            triton_int4.check_pinned_tables()
+            triton_int4.use_pinned_tables(None)
     finally:
         triton_int4._pinned_tables.cache_clear()
     message = str(caught.value)
     assert "\n" not in message and message.startswith("int4_configs.json: ") and names in message
+
+
+def test_a_chosen_table_pins_instead_of_the_shipped_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    label = "block_n=2,block_k=256,group_scales=0,w=2,s=2"
+    chosen = tmp_path / "my-gpu.json"
+    chosen.write_text(json.dumps({"GPU Y": {"gemv_int4": {"256,1536,0,0,32": label}}}))
+    monkeypatch.setattr(triton_int4, "_gpu_name", lambda: "GPU Y")
+    forms = {"PROLOGUE": 0, "EPILOGUE": 0, "GROUP": 32}
+    configs, shape = triton_int4.GEMV_INT4_CONFIGS, {"N": 256, "K": 1536}
+    try:
+        triton_int4.use_pinned_tables(chosen)
+        (pinned,) = triton_int4._prune_gemv(configs, shape, **forms)
+        assert triton_int4.config_label(pinned) == label
+        # The file named in the one line when it cannot be read.
+        with pytest.raises(triton_int4.PinnedTableError, match=f"^{tmp_path}/gone.json: cannot"):
+            triton_int4.use_pinned_tables(tmp_path / "gone.json")
+    finally:
+        triton_int4.use_pinned_tables(None)
+    # Back to the shipped table, which names no "GPU Y".
+    assert triton_int4._prune_gemv(configs, shape, **forms) == configs
 
 
 def test_a_pinned_gpu_gets_one_configuration_and_others_the_list(
