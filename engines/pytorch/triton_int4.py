@@ -551,37 +551,23 @@ def _chunk_scales(
 
 
 @triton.jit
-def _chunk_weights(
-    wq_ptr, ws_ptr, outs, out_ok, k0, K, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):  # fmt: skip
-    # One chunk's packed words and their scales (outputs, BLOCK_K / 8); zero past K.
-    words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-    mask = out_ok[:, None] & (words < K // 8)[None, :]
-    packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
-    scale = _chunk_scales(ws_ptr, outs, out_ok & (k0 < K), k0, K, GROUP, BLOCK_N, BLOCK_K)
-    return packed, scale
-
-
-@triton.jit
-def _chunk_inputs(x_ptr, rows, row_ok, k0, K, BLOCK_K: tl.constexpr):
-    # One chunk's inputs (rows, BLOCK_K); zero past K.
-    cols = k0 + tl.arange(0, BLOCK_K)
-    return tl.load(
-        x_ptr + rows[:, None] * K + cols[None, :],
-        mask=row_ok[:, None] & (cols < K)[None, :],
-        other=0.0,
-    )
-
-
-@triton.jit
 def _matmul_chunk(
     x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0, K, GROUP: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
 ):  # fmt: skip
-    # One chunk's weights and inputs (what a prefetch after the last chunk asks for is zero).
-    packed, scale = _chunk_weights(wq_ptr, ws_ptr, outs, out_ok, k0, K, GROUP, BLOCK_N, BLOCK_K)
-    return packed, scale, _chunk_inputs(x_ptr, rows, row_ok, k0, K, BLOCK_K)
+    # One chunk's packed words and their scales (outputs, BLOCK_K / 8) and its inputs
+    # (rows, BLOCK_K); all zero past K (what a prefetch after the last chunk asks for).
+    words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
+    mask = out_ok[:, None] & (words < K // 8)[None, :]
+    packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
+    scale = _chunk_scales(ws_ptr, outs, out_ok & (k0 < K), k0, K, GROUP, BLOCK_N, BLOCK_K)
+    cols = k0 + tl.arange(0, BLOCK_K)
+    x = tl.load(
+        x_ptr + rows[:, None] * K + cols[None, :],
+        mask=row_ok[:, None] & (cols < K)[None, :],
+        other=0.0,
+    )
+    return packed, scale, x
 
 
 @triton.jit

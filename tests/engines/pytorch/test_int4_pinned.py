@@ -71,7 +71,6 @@ def test_a_bad_pinned_table_is_one_line_naming_the_entry(
     bad = tmp_path / "int4_configs.json"
     bad.write_text(text)
     monkeypatch.setattr(triton_int4, "PINNED_PATH", bad)
-    triton_int4._pinned_tables.cache_clear()
     try:
         with pytest.raises(triton_int4.PinnedTableError) as caught:
             triton_int4.use_pinned_tables(None)

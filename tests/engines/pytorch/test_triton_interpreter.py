@@ -218,7 +218,8 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
         got = gemv(kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, norm_weight=nw)
         record(f"gate/up pair{tag}", got, pair, kernels.gated_norm_linear(x, nw, 1e-6, w, False))
     tuner = triton_int4.matmul_int4
-    # and 64-row tiles with the rows on the tensor cores' long side, which the sweep tries
+    # and a split 64-row tile with the rows on the tensor cores' long side (the list's
+    # rows-first tiles are unsplit), which the sweep may pick
     rows_first = triton.Config(
         {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 2, "ROWS_FIRST": True},
         num_warps=4,
