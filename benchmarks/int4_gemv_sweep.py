@@ -15,10 +15,12 @@ torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
   split-K, the same way.
 - 64 rows: each shape's best tiles widened to 64 rows, with the rows as the tensor
   cores' long side (`ROWS_FIRST`) and without.
+- 2-64 rows: each shape's best with its scales read two to a 32-bit word
+  (`SCALE_WORDS`), as they are and pipelined 3 and 4 deep without prefetch.
 - both: each shape's best with the next chunk's loads issued before the current chunk's
   work (`PREFETCH`), before the stages phase. `--focused` starts from the autotuner's list
-  and the shipped pinned configuration instead of the wide grid, then runs only those two
-  phases (a short call that retunes after a kernel change).
+  and the shipped pinned configuration instead of the wide grid, then runs only the
+  phases from rows-first on (a short call that retunes after a kernel change).
 
 Timings replay a CUDA graph of the launches over enough weight copies (>= 64 MB, at most
 160 launches) that the weights mostly come from HBM. "list" is the best of the
@@ -230,6 +232,8 @@ class Shape:
         programs = -(-self.n_out // meta["BLOCK_N"]) * -(-self.rows // meta.get("BLOCK_M", 1))
         if split > 1 and programs >= triton_int4.SPLIT_BELOW_PROGRAMS:
             return False
+        if meta.get("SCALE_WORDS") and not triton_int4.scale_words_fit(self.k, GROUP):
+            return False
         return meta["BLOCK_K"] <= self.k and self.k >= split * meta["BLOCK_K"]
 
     def time(self, config: triton.Config) -> dict[str, Any]:
@@ -353,7 +357,7 @@ def sweep(
             listed = [_with(c, PAIRS=False) for c in listed]
         plan += [(shape, c) for c in [*listed, *tiles]]
     run(plan, "tiles")
-    # A focused sweep goes straight to prefetch and stages.
+    # A focused sweep skips the group scales, pairs and splits phases.
     if shapes[0].rows == 1 and not focused:
         top = 1 if few else 6
         plan = [(s, _with(c, GROUP_SCALES=True)) for s in shapes for c in best(s, top)]
@@ -375,6 +379,19 @@ def sweep(
         plan = [(s, _with(c, BLOCK_M=64, ROWS_FIRST=True)) for s, c in tops]
         plan += [(s, _with(c, BLOCK_M=64)) for s, c in tops]
         run(plan, "rows first")
+    if shapes[0].rows > 1:
+        # The best with their scales read two to a word (`SCALE_WORDS`), which Triton's
+        # pipeliner then copies ahead: as they are, and pipelined 3 and 4 deep instead
+        # of prefetched.
+        top = 1 if few else 4
+        plan = [(s, _with(c, SCALE_WORDS=True)) for s in shapes for c in best(s, top)]
+        plan += [
+            (s, _with(c, SCALE_WORDS=True, PREFETCH=False, num_stages=n))
+            for s in shapes
+            for c in best(s, top)
+            for n in (3, 4)
+        ]
+        run(plan, "scale words")
     # The best with the next chunk's loads issued before this chunk's work (`PREFETCH`).
     top = 1 if few else 4
     plan = [(s, _with(c, PREFETCH=True)) for s in shapes for c in best(s, top)]
@@ -412,7 +429,7 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
     out: dict[str, Any] = {"rows": rows, "suggested": suggested, "shapes": []}
     totals = dict.fromkeys(
         ("bf16", "tinygemm", "list", "pinned", "suggested", "best", "best_float_dequant",
-         "best_no_prefetch"),
+         "best_no_prefetch", "best_no_scale_words"),
         0.0,
     )  # fmt: skip
     for s in shapes:
@@ -428,6 +445,7 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
         # 8-64 rows may time none)
         top_float = min(floats, key=lambda r: r["us"], default=None)
         plain = [r for r in timed.values() if not r["meta"].kwargs.get("PREFETCH")]
+        by_halves = [r for r in timed.values() if not r["meta"].kwargs.get("SCALE_WORDS")]
         pinned = [timed[c] for c in map(_label, _pinned_config(s)) if c in timed]
         refs = s.refs
         figures = {
@@ -438,6 +456,7 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
             "best": top["us"],
             "best_float_dequant": top_float["us"] if top_float else math.nan,
             "best_no_prefetch": min((r["us"] for r in plain), default=math.nan),
+            "best_no_scale_words": min((r["us"] for r in by_halves), default=math.nan),
             # the shipped table's pick, timed with this run's kernel
             "pinned": pinned[0]["us"] if pinned else math.nan,
         }

@@ -73,9 +73,9 @@ MAX_SPLIT_K = 8
 PINNED_PATH = Path(__file__).with_name("int4_configs.json")
 # The table `use_pinned_tables` chose (the server's --int4-configs); None: PINNED_PATH.
 _chosen_table: Path | None = None
-_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH", "ROWS_FIRST")
+_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS")
 # Flags off unless named (the kernels' defaults): a label leaves them out when off.
-OFF_UNLESS_NAMED = ("PAIRS", "PREFETCH", "ROWS_FIRST")
+OFF_UNLESS_NAMED = ("PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS")
 
 
 def config_label(config: triton.Config) -> str:
@@ -107,7 +107,7 @@ _KERNELS = {
     "gemv_int4": ({"BLOCK_N", "BLOCK_K", "GROUP_SCALES"}, {"PREFETCH"}),
     "matmul_int4": (
         {"BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"},
-        {"PAIRS", "PREFETCH", "ROWS_FIRST"},
+        {"PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS"},
     ),
 }
 
@@ -195,7 +195,27 @@ def _prune_matmul(configs: list, named_args: dict, **kwargs: object) -> list:
     group = int(kwargs["GROUP"])  # type: ignore[call-overload]
     key = matmul_key(named_args["M_BUCKET"], named_args["N"], named_args["K"], group)
     pinned = _pinned(_gpu_name(), "matmul_int4", key)
-    return _prune_splits(configs, named_args) if pinned is None else [pinned]
+    if pinned is not None:
+        return [pinned]
+    return _prune_splits(_prune_scale_words(configs, named_args["K"], group), named_args)
+
+
+def scale_words_fit(k: int, group: int) -> bool:
+    """`SCALE_WORDS` reads a row's scales two to an aligned 32-bit word, which rows of an
+    odd number of groups do not start on."""
+    return (k // group) % 2 == 0
+
+
+def _prune_scale_words(configs: list, k: int, group: int) -> list:
+    """Where `scale_words_fit` does not, the configurations load the scales one by one."""
+    if scale_words_fit(k, group):
+        return configs
+    return [
+        triton.Config({**c.kwargs, "SCALE_WORDS": False}, c.num_warps, c.num_stages)
+        if c.kwargs.get("SCALE_WORDS")
+        else c
+        for c in configs
+    ]
 
 
 def _prune_splits(configs: list, named_args: dict, **kwargs: object) -> list:
@@ -432,26 +452,28 @@ MATMUL_INT4_CONFIGS = [
             "PAIRS": pairs,
             "PREFETCH": pf,
             "ROWS_FIRST": rf,
+            "SCALE_WORDS": sw,
         },
         num_warps=w,
         num_stages=s,
     )
-    # the focused sweep's suggestions at 8 rows, then at 64 (`-int4-matmul-sweep.json`)
-    for bm, bn, bk, sk, pairs, pf, rf, w, s in (
-        (16, 32, 256, 1, True, True, False, 4, 3),
-        (16, 32, 64, 8, True, True, False, 4, 1),
-        (16, 64, 256, 1, True, False, False, 4, 1),
-        (16, 64, 128, 4, True, True, False, 4, 1),
-        (16, 32, 64, 8, True, True, False, 4, 3),
-        (16, 32, 256, 1, True, True, False, 4, 1),
-        (16, 64, 128, 8, True, True, False, 4, 1),
-        (16, 64, 128, 4, True, False, False, 4, 1),
-        (32, 64, 256, 1, True, False, False, 4, 3),
-        (32, 64, 128, 4, True, True, False, 4, 1),
-        (64, 64, 128, 1, True, True, True, 4, 3),
-        (64, 64, 128, 8, True, True, False, 4, 3),
-        (64, 64, 256, 1, True, False, True, 4, 1),
-        (64, 128, 128, 1, True, False, False, 8, 1),
+    # the focused sweep's suggestions at 8 rows, then at 64 (`-int4-scale-words-sweep.json`)
+    for bm, bn, bk, sk, pairs, pf, rf, sw, w, s in (
+        (16, 32, 256, 1, True, True, False, False, 4, 3),
+        (16, 32, 64, 8, True, True, False, False, 4, 1),
+        (16, 64, 256, 1, True, False, False, False, 4, 3),
+        (16, 64, 128, 8, True, False, False, True, 4, 3),
+        (16, 64, 128, 4, True, True, False, False, 4, 4),
+        (16, 32, 64, 8, True, False, False, True, 4, 3),
+        (16, 64, 128, 4, True, False, False, False, 4, 1),
+        (16, 32, 256, 1, True, True, False, False, 4, 1),
+        (32, 64, 256, 1, True, False, False, False, 4, 3),
+        (64, 64, 128, 4, True, True, False, False, 4, 1),
+        (64, 64, 128, 1, True, False, True, True, 4, 3),
+        (64, 64, 128, 8, True, True, True, False, 4, 4),
+        (64, 128, 128, 1, True, True, True, False, 8, 3),
+        (32, 64, 128, 4, True, True, False, False, 4, 4),
+        (64, 64, 128, 8, True, True, False, False, 4, 1),
     )
 ]
 
@@ -530,7 +552,7 @@ def _dequantized_tile(packed, scale, dtype: tl.constexpr, PAIRS: tl.constexpr = 
 @triton.jit
 def _chunk_scales(
     ws_ptr, outs, out_ok, k0, K, GROUP: tl.constexpr, BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
+    BLOCK_K: tl.constexpr, SCALE_WORDS: tl.constexpr = False,
 ):  # fmt: skip
     # The scale of every word of a chunk (outputs, BLOCK_K / 8), loaded once a group and
     # repeated in registers: one load a word (each scale four times for groups of 32)
@@ -540,12 +562,29 @@ def _chunk_scales(
         scale = tl.load(ws_ptr + outs * (K // GROUP) + k0 // GROUP, mask=out_ok, other=0.0)
         return tl.broadcast_to(scale[:, None], (BLOCK_N, WORDS))
     GROUPS: tl.constexpr = BLOCK_K // GROUP
-    groups = k0 // GROUP + tl.arange(0, GROUPS)
-    scale = tl.load(
-        ws_ptr + outs[:, None] * (K // GROUP) + groups[None, :],
-        mask=out_ok[:, None] & (groups < K // GROUP)[None, :],
-        other=0.0,
-    )
+    if SCALE_WORDS and GROUPS % 2 == 0:
+        # Two scales a 32-bit word (rows of an even number of groups): Triton's pipeliner
+        # copies loads of 4 bytes and more ahead asynchronously and leaves 2-byte ones
+        # synchronous in the loop (its TTGIR for sm_90), where each chunk waited on them.
+        pairs = k0 // (2 * GROUP) + tl.arange(0, GROUPS // 2)
+        words = tl.load(
+            ws_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+            + outs[:, None] * (K // GROUP // 2)
+            + pairs[None, :],
+            mask=out_ok[:, None] & (pairs < K // GROUP // 2)[None, :],
+            other=0,
+        )
+        dtype = ws_ptr.dtype.element_ty
+        low = words.to(tl.int16).to(dtype, bitcast=True)  # the lower address: even group
+        high = (words >> 16).to(tl.int16).to(dtype, bitcast=True)
+        scale = tl.interleave(low, high)
+    else:
+        groups = k0 // GROUP + tl.arange(0, GROUPS)
+        scale = tl.load(
+            ws_ptr + outs[:, None] * (K // GROUP) + groups[None, :],
+            mask=out_ok[:, None] & (groups < K // GROUP)[None, :],
+            other=0.0,
+        )
     repeated = tl.broadcast_to(scale[:, :, None], (BLOCK_N, GROUPS, GROUP // 8))
     return tl.reshape(repeated, (BLOCK_N, WORDS))
 
@@ -553,14 +592,19 @@ def _chunk_scales(
 @triton.jit
 def _matmul_chunk(
     x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0, K, GROUP: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SCALE_WORDS: tl.constexpr,
 ):  # fmt: skip
     # One chunk's packed words and their scales (outputs, BLOCK_K / 8) and its inputs
     # (rows, BLOCK_K); all zero past K (what a prefetch after the last chunk asks for).
     words = k0 // 8 + tl.arange(0, BLOCK_K // 8)
-    mask = out_ok[:, None] & (words < K // 8)[None, :]
-    packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + words[None, :], mask=mask, other=0)
-    scale = _chunk_scales(ws_ptr, outs, out_ok & (k0 < K), k0, K, GROUP, BLOCK_N, BLOCK_K)
+    # K // 8 written as a multiple of GROUP // 8 (K is whole groups): Triton knows only
+    # that K is a multiple of 16, so it loaded 8 bytes a copy; 16 once rows start so.
+    row_words = (K // GROUP) * (GROUP // 8)
+    mask = out_ok[:, None] & (words < row_words)[None, :]
+    packed = tl.load(wq_ptr + outs[:, None] * row_words + words[None, :], mask=mask, other=0)
+    scale = _chunk_scales(
+        ws_ptr, outs, out_ok & (k0 < K), k0, K, GROUP, BLOCK_N, BLOCK_K, SCALE_WORDS
+    )
     cols = k0 + tl.arange(0, BLOCK_K)
     x = tl.load(
         x_ptr + rows[:, None] * K + cols[None, :],
@@ -609,6 +653,7 @@ def matmul_int4(
     PAIRS: tl.constexpr = False,
     PREFETCH: tl.constexpr = False,
     ROWS_FIRST: tl.constexpr = False,
+    SCALE_WORDS: tl.constexpr = False,
 ):
     # Tiles of BLOCK_M rows by BLOCK_N outputs; each chunk's int4 tile is dequantized in
     # registers, nibble by nibble, interleaved back into input order and multiplied on
@@ -631,15 +676,16 @@ def matmul_int4(
     # Not a dependent launch: served at 8 and 64 rows, the step took 0.13 ms longer with
     # one (records: `2026-12-02-h200-int4-rows-first.md`).
     packed, scale, x = _matmul_chunk(
-        x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, start, K, GROUP, BLOCK_N, BLOCK_K
-    )
+        x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, start, K, GROUP, BLOCK_N, BLOCK_K,
+        SCALE_WORDS,
+    )  # fmt: skip
     if PREFETCH:
         for k0 in range(start, K, STEP):
             # The next chunk's loads go out before this one's dequantize and product,
             # so their latency hides behind them (the loop itself is not pipelined).
             chunk_next = _matmul_chunk(
                 x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0 + STEP, K, GROUP,
-                BLOCK_N, BLOCK_K,
+                BLOCK_N, BLOCK_K, SCALE_WORDS,
             )  # fmt: skip
             acc = _chunk_product(acc, packed, scale, x, PAIRS, ROWS_FIRST)
             packed, scale, x = chunk_next
@@ -648,7 +694,7 @@ def matmul_int4(
         for k0 in range(start + STEP, K, STEP):
             packed, scale, x = _matmul_chunk(
                 x_ptr, wq_ptr, ws_ptr, rows, row_ok, outs, out_ok, k0, K, GROUP, BLOCK_N,
-                BLOCK_K,
+                BLOCK_K, SCALE_WORDS,
             )  # fmt: skip
             acc = _chunk_product(acc, packed, scale, x, PAIRS, ROWS_FIRST)
     if ROWS_FIRST:

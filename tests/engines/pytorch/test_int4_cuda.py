@@ -1,7 +1,8 @@
 """The int4 kernels' variants agree bit for bit on the GPU: values made two at a time in
 16-bit halves (`triton_int4._dequantized_pairs`, inline PTX the CPU interpreter cannot
 run) against the float32 way, in `matmul_int4` and `dequantize_int4`; the next chunk's
-loads issued early (`PREFETCH`) against the plain loop, in both products. The one-row
+loads issued early (`PREFETCH`) against the plain loop, in both products; scales read two
+to a 32-bit word (`SCALE_WORDS`) against one by one. The one-row
 kernel's compiled form (its nibbles unpacked by one inline LOP3) and 64-row tiles with
 the rows on the tensor cores' long side (`ROWS_FIRST`) match dequantize-then-matmul, and
 the dense weight that prefill multiplies equals the CPU's `int4.dequantize`."""
@@ -62,6 +63,26 @@ def _with_config(tuner: object, label: str, launch: object) -> torch.Tensor:
         return launch()  # type: ignore[operator]
     finally:
         tuner.configs, tuner.cache = saved  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("tile", ["block_k=64,split_k=4", "block_k=128,split_k=1,rows_first=1"])
+def test_scales_read_as_words_make_the_same_products(
+    weight: tuple[torch.Tensor, torch.Tensor], tile: str
+) -> None:
+    from engines.pytorch import triton_int4
+
+    packed, scale = weight
+    for rows in (3, 64):
+        x = torch.randn(rows, packed.shape[1] * 8, device="cuda", dtype=scale.dtype)
+        outputs = [
+            _with_config(
+                triton_int4.matmul_int4,
+                f"block_m=64,block_n=64,{tile},pairs=1,scale_words={words},w=4,s=3",
+                lambda x=x: kernels._launch_matmul_int4(x, packed, scale),
+            )
+            for words in (0, 1)
+        ]
+        assert torch.equal(outputs[0], outputs[1]), rows
 
 
 @pytest.mark.parametrize("split", [1, 4])

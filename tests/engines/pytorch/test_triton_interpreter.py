@@ -218,15 +218,24 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
         got = gemv(kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, norm_weight=nw)
         record(f"gate/up pair{tag}", got, pair, kernels.gated_norm_linear(x, nw, 1e-6, w, False))
     tuner = triton_int4.matmul_int4
-    # and a split 64-row tile with the rows on the tensor cores' long side (the list's
-    # rows-first tiles are unsplit), which the sweep may pick
+    # and a narrow split 64-row tile with the rows on the tensor cores' long side, which
+    # the sweep may pick
     rows_first = triton.Config(
         {"BLOCK_M": 64, "BLOCK_N": 32, "BLOCK_K": 128, "SPLIT_K": 2, "ROWS_FIRST": True},
         num_warps=4,
         num_stages=1,
     )
-    for i, config in enumerate([*triton_int4.MATMUL_INT4_CONFIGS, rows_first]):
-        group = (32, 128)[i % 2]
+    # and scales read two to a 32-bit word (`SCALE_WORDS`) where a chunk spans two groups
+    # of 128 and four of 32
+    scale_words = [
+        triton_int4.config_from_label(
+            f"block_m=16,block_n=32,block_k={tile},scale_words=1,w=4,s={stages}"
+        )
+        for tile, stages in (("256,split_k=1", 3), ("128,split_k=2,prefetch=1", 1))
+    ]
+    configs = [(c, (32, 128)[i % 2]) for i, c in enumerate(triton_int4.MATMUL_INT4_CONFIGS)]
+    configs += [(rows_first, 32), (scale_words[0], 128), (scale_words[1], 32)]
+    for config, group in configs:
         w16 = (weights[group][0], weights[group][1].to(torch.float16))
         # Values made in pairs are inline PTX, which the interpreter cannot run: the
         # float32 way here, the pairs against it bit for bit on the GPU (test_int4_cuda).
@@ -242,6 +251,7 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             exact = xr.float() @ kernels.dense(w16, torch.float32).T
             torch_form = xr @ kernels.dense(w16, torch.float16).T
             shape = "{BLOCK_M}x{BLOCK_N}x{BLOCK_K} split {SPLIT_K}".format(**config.kwargs)
+            shape += " scale words" if config.kwargs.get("SCALE_WORDS") else ""
             record(f"int4 g{group} {rows} rows [{shape}]", got, exact, torch_form)
     # The dense weight a prefill multiplies: exactly the CPU's, both groups (in float16:
     # the interpreter truncates to bfloat16; test_int4_cuda checks both on the GPU).
@@ -304,3 +314,20 @@ def test_splits_are_offered_only_where_row_blocks_leave_sms_idle() -> None:
     # chunks: 4 of 128 inputs, 8 of 64).
     assert splits(N=1536, K=1024) == {1, 4, 8}
     assert splits(N=1536, K=768) == {1}
+
+
+def test_scales_are_read_as_words_only_where_rows_start_on_one() -> None:
+    import triton
+
+    from engines.pytorch import triton_int4
+
+    words = triton.Config({"BLOCK_K": 128, "SPLIT_K": 1, "SCALE_WORDS": True}, 4, 3)
+    one_by_one = triton.Config({"BLOCK_K": 128, "SPLIT_K": 1}, 4, 3)
+
+    def flags(k: int, group: int) -> list[bool]:
+        kept = triton_int4._prune_scale_words([words, one_by_one], k, group)
+        return [bool(c.kwargs.get("SCALE_WORDS")) for c in kept]
+
+    assert flags(1536, 32) == [True, False]  # 48 groups a row
+    assert flags(1536, 128) == [True, False]  # 12
+    assert flags(96 * 32, 32 * 32) == [False, False]  # 3: the word tile loads one by one
