@@ -14,8 +14,7 @@ torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
   best tiles with the values made two at a time in 16-bit halves (`PAIRS`), then
   split-K, the same way.
 - 64 rows: each shape's best tiles widened to 64 rows, with the rows as the tensor
-  cores' long side (`ROWS_FIRST`) and without; then 128 and 256 outputs wide, split 4
-  and 8 along the input.
+  cores' long side (`ROWS_FIRST`) and without.
 - 2-64 rows: each shape's best with its scales read two to a 32-bit word
   (`SCALE_WORDS`), as they are and pipelined 3 and 4 deep without prefetch.
 - both: each shape's best with the next chunk's loads issued before the current chunk's
@@ -380,17 +379,6 @@ def sweep(
         plan = [(s, _with(c, BLOCK_M=64, ROWS_FIRST=True)) for s, c in tops]
         plan += [(s, _with(c, BLOCK_M=64)) for s, c in tops]
         run(plan, "rows first")
-        # Wide output tiles split along the input: a tile of all 64 rows re-reads the
-        # rows' inputs once per output tile, which narrow tiles multiply.
-        plan = [
-            (s, _cfg({"BLOCK_M": 64, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": split,
-                      "PAIRS": True, "ROWS_FIRST": rows_first, "SCALE_WORDS": True}, w, 3))
-            for s in shapes
-            for bn, split, rows_first, w in itertools.product(
-                (128, 256), (4, 8), (False, True), (4, 8)
-            )
-        ]  # fmt: skip
-        run(plan, "wide splits")
     if shapes[0].rows > 1:
         # The best with their scales read two to a word (`SCALE_WORDS`), which Triton's
         # pipeliner then copies ahead: as they are, and pipelined 3 and 4 deep instead
