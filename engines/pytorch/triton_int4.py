@@ -19,7 +19,9 @@ words, coalesced along each row. Two choices make the unpacking cheap:
 `matmul_int4` and `dequantize_int4` make 16-bit values, and may make them two at a time
 (`PAIRS`, `_dequantized_pairs`: fewer instructions a value in the loop, the same
 bits), and load one scale a group, repeated in registers (`_chunk_scales`): one 2-byte
-load a word stalled every chunk (records: `2026-12-02-h200-int4-pairs.md`). Both
+load a word stalled every chunk (records: `2026-12-02-h200-int4-pairs.md`); `matmul_int4`
+may load them two to a 32-bit word (`SCALE_WORDS`), which Triton's pipeliner then copies
+ahead with the weights (`2026-12-02-h200-int4-scale-words.md`). Both
 products may issue the next chunk's loads before the current chunk's work (`PREFETCH`):
 their latency then hides behind it where Triton's pipeliner does not.
 
@@ -33,8 +35,9 @@ every run, so greedy text repeats. At one row no split won on any E2B shape in
 `benchmarks/int4_gemv_sweep.py` (narrow rows of whole 2,048-input chunks fill the SMs
 instead), so `gemv_int4` has none.
 
-The configuration lists are that sweep's suggestions at 1, 8 and 64 rows (records:
-`benchmarks/records/2026-12-02-h200-int4-rows-first.md`): short, since the
+The configuration lists are that sweep's suggestions at 1 row (records:
+`benchmarks/records/2026-12-02-h200-int4-rows-first.md`) and at 8 and 64 rows
+(`2026-12-02-h200-int4-scale-words.md`): short, since the
 autotuner times every entry at each new shape while the server captures its graphs
 (`_prune_splits` drops row tiles past a bucket's rows, so 2-16 rows see only the 16-row
 tiles). On a GPU model the pinned tables name (`PINNED_PATH`, or the table the server's

@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("triton")
 
 
-@pytest.mark.parametrize("part", ["dense", "int4"])
+@pytest.mark.parametrize("part", ["dense", "int4", "program"])
 def test_kernels_compute_their_torch_forms_in_the_interpreter(part: str) -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
@@ -89,6 +89,49 @@ def _gemv_checks(
         record(label + tag, y, exact, ref)
 
 
+def _program_checks(out: dict[str, dict[str, Any]]) -> None:
+    """The decode program of tiny-gemma4 with its batch-1 products through the kernels
+    (each prologue and epilogue the program uses), in float32 so that nothing rounds
+    apart, against the same program in torch forms, step by step on the same tokens:
+    how the program wires the kernels, to summation order (bf16 on a GPU: `test_kernels`)."""
+    import torch
+
+    from engines.pytorch import kernels, triton_int4, triton_kernels
+    from engines.pytorch.model import load_model
+    from engines.pytorch.runner import ModelRunner
+
+    # On the CPU the program keeps the torch forms; here it takes the kernels, one
+    # configuration each (the autotuner needs a GPU to time its candidates).
+    kernels._use_kernel = lambda fused, x, weight: fused and x.shape[0] == 1  # type: ignore[assignment]
+    triton_kernels.gemv.configs = [triton_kernels.GEMV_CONFIGS[4]]
+    triton_int4.gemv_int4.configs = [triton_int4.GEMV_INT4_CONFIGS[1]]
+    prompt = [257, *range(40, 70)]  # past tiny-gemma4's 16-token sliding window
+    for quantize in ("none", "w4a16"):
+
+        def decode(through_kernels: bool, quantize: str = quantize) -> list[torch.Tensor]:
+            runner = ModelRunner(
+                load_model("random:tiny-gemma4", device="cpu", dtype="float32", quantize=quantize),
+                num_slots=2,
+                batch_invariant=False,
+                batched_decode=True,
+                fused_norms=True,
+                decode_program=True,
+                triton_gemv=through_kernels,
+            )
+            runner.prefill(0, prompt)
+            return [
+                runner.decode([0], [token], [len(prompt) + k]).clone()
+                for k, token in enumerate(range(70, 74))
+            ]
+
+        for step, (got, want) in enumerate(zip(decode(True), decode(False), strict=True)):
+            # the vocabulary's unused rows are -inf in both
+            shown = torch.isfinite(want)
+            error = float((got[shown] - want[shown]).abs().max() / want[shown].abs().max())
+            ok = torch.equal(shown, torch.isfinite(got)) and error <= 1e-4
+            out[f"program {quantize} step {step}"] = {"error": error, "limit": 1e-4, "ok": ok}
+
+
 def _checks(part: str) -> dict[str, dict[str, Any]]:
     import torch
 
@@ -126,6 +169,9 @@ def _checks(part: str) -> dict[str, dict[str, Any]]:
 
     if part == "int4":
         _int4_checks(rand, record, out)
+        return out
+    if part == "program":
+        _program_checks(out)
         return out
     tuner = triton_kernels.gemv
     for config in (
