@@ -205,7 +205,8 @@ def _prune_matmul(configs: list, named_args: dict, **kwargs: object) -> list:
 
 def scale_words_fit(k: int, group: int) -> bool:
     """`SCALE_WORDS` reads a row's scales two to an aligned 32-bit word, which rows of an
-    odd number of groups do not start on."""
+    odd number of groups do not start on (the engine's scales are whole rows of their
+    allocation, so the rest do)."""
     return (k // group) % 2 == 0
 
 
