@@ -65,10 +65,8 @@ def _with_config(tuner: object, label: str, launch: object) -> torch.Tensor:
         tuner.configs, tuner.cache = saved  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("tile", ["block_k=64,split_k=4", "block_k=128,split_k=1,rows_first=1"])
-def test_scales_read_as_words_make_the_same_products(
-    weight: tuple[torch.Tensor, torch.Tensor], tile: str
-) -> None:
+def _assert_same_products(weight: tuple[torch.Tensor, torch.Tensor], labels: list[str]) -> None:
+    """`matmul_int4` at each configuration label gives the same bits, at 3 and 64 rows."""
     from engines.pytorch import triton_int4
 
     packed, scale = weight
@@ -77,32 +75,35 @@ def test_scales_read_as_words_make_the_same_products(
         outputs = [
             _with_config(
                 triton_int4.matmul_int4,
-                f"block_m=64,block_n=64,{tile},pairs=1,scale_words={words},w=4,s=3",
+                label,
                 lambda x=x: kernels._launch_matmul_int4(x, packed, scale),
             )
-            for words in (0, 1)
+            for label in labels
         ]
-        assert torch.equal(outputs[0], outputs[1]), rows
+        assert all(torch.equal(outputs[0], out) for out in outputs[1:]), rows
+
+
+@pytest.mark.parametrize("tile", ["block_k=64,split_k=4", "block_k=128,split_k=1,rows_first=1"])
+def test_scales_read_as_words_make_the_same_products(
+    weight: tuple[torch.Tensor, torch.Tensor], tile: str
+) -> None:
+    _assert_same_products(
+        weight,
+        [f"block_m=64,block_n=64,{tile},pairs=1,scale_words={w},w=4,s=3" for w in (0, 1)],
+    )
 
 
 @pytest.mark.parametrize("split", [1, 4])
 def test_prefetch_makes_the_same_products(
     weight: tuple[torch.Tensor, torch.Tensor], split: int
 ) -> None:
-    from engines.pytorch import triton_int4
-
-    packed, scale = weight
-    for rows in (3, 64):
-        x = torch.randn(rows, packed.shape[1] * 8, device="cuda", dtype=scale.dtype)
-        outputs = [
-            _with_config(
-                triton_int4.matmul_int4,
-                f"block_m=16,block_n=64,block_k=128,split_k={split},pairs=1,prefetch={p},w=4,s=1",
-                lambda x=x: kernels._launch_matmul_int4(x, packed, scale),
-            )
+    _assert_same_products(
+        weight,
+        [
+            f"block_m=16,block_n=64,block_k=128,split_k={split},pairs=1,prefetch={p},w=4,s=1"
             for p in (0, 1)
-        ]
-        assert torch.equal(outputs[0], outputs[1]), rows
+        ],
+    )
 
 
 def _error(got: torch.Tensor, x: torch.Tensor, weight: tuple[torch.Tensor, torch.Tensor]) -> float:
