@@ -174,11 +174,12 @@ class Shape:
             self.ref = F.gelu(self.ref, approximate="tanh") * self.times.float()
 
     def gemv_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
-        # x, branch, norm weight, branch norm, scalar, residual out, multiplier (`kernels`)
-        x = self.x
+        # x, branch, norm weight, branch norm, scalar, residual out, multiplier, counter
+        # (`kernels`)
+        x, count = self.x, self.counts
         if self.gated:
-            return (x, self.branch, x, self.nw, x, self.x_new, self.times, *w, self.y)
-        return (x, x, self.nw, x, x, x, x, *w, self.y)
+            return (x, self.branch, x, self.nw, x, self.x_new, self.times, count, *w, self.y)
+        return (x, x, self.nw, x, x, x, x, count, *w, self.y)
 
     def gemv_kwargs(self, config: triton.Config) -> dict[str, Any]:
         return {

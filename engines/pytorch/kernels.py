@@ -31,6 +31,10 @@ reads it (`epilogue`), so that product's programs recompute nothing per chunk:
   reducing gate rows and the matching up rows, so down reads a finished activation;
 - `residual_linear(..., gate_times=m)`: gelu_tanh(x_new @ w^T) * m (the per-layer gate
   times the per-layer input), so the per-layer projection does too.
+A residual step after a product ends it too (`linear_residual`): x + RMSNorm(y) * w
+[* scalar] needs the whole output row y, so the launch's last program to finish (a
+counter, as `triton_int4.matmul_int4`'s split-K) reads y back and writes the new residual
+row, in place of a kernel of its own after the product.
 Intermediates are rounded to the activation dtype where the unfused form rounds them
 (but for the normed row under `post_scale`), so results stay within float32 summation-order
 differences of it, or a couple of output ulps of it for a gated product. What the epilogue
@@ -64,7 +68,7 @@ from engines.pytorch import dependent_launch
 log = logging.getLogger(__name__)
 
 PLAIN, RMS_NORM, GELU_MUL, RESIDUAL, RESIDUAL_NORM, RMS_NORM_AFTER = 0, 1, 2, 3, 4, 5
-NO_EPILOGUE, GELU_PAIR, GELU_TIMES = 0, 1, 2
+NO_EPILOGUE, GELU_PAIR, GELU_TIMES, RESIDUAL_AFTER = 0, 1, 2, 3
 # A weight: dense (N, K), or int4 as (packed int32 (N, K/8), scale (N, K/group)) (`int4`).
 Weight: TypeAlias = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 # Int4 products of this many rows at most run `triton_int4.matmul_int4`; more rows
@@ -94,6 +98,13 @@ def _split_counters(device: torch.device) -> torch.Tensor:
     the device: launches run one after another on the stream (a dependent launch touches
     them only after its wait) and the last program of a tile resets its counter."""
     return torch.zeros(_SPLIT_COUNTERS, dtype=torch.int32, device=device)
+
+
+@functools.cache
+def _residual_counter(device: torch.device) -> torch.Tensor:
+    """The counter of `linear_residual`'s launches (epilogue 3), shared by all of them on
+    the device as `_split_counters` are: the last program of a launch resets it."""
+    return torch.zeros(1, dtype=torch.int32, device=device)
 
 
 def _split_partials(rows: int, n: int, device: torch.device) -> torch.Tensor:
@@ -235,6 +246,7 @@ def _launch(
     scalar: torch.Tensor | None = None,
     x_out: torch.Tensor | None = None,
     multiplier: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
     eps: float = 0.0,
     prologue: int,
     epilogue: int = NO_EPILOGUE,
@@ -251,6 +263,8 @@ def _launch(
         extra: dict[str, int] = {"GROUP": k // weight[1].shape[1]}
     else:
         kernel, weights, extra = _kernel(), (weight, y), {}
+    if residual is not None:  # epilogue 3 reads it as the kernels' b (`triton_kernels`)
+        other = residual
     kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](
         x,
         x if other is None else other.contiguous(),
@@ -259,6 +273,7 @@ def _launch(
         x if scalar is None else scalar,
         x if x_out is None else x_out,
         x if multiplier is None else multiplier.contiguous(),
+        _residual_counter(x.device),
         *weights,
         n,
         k,
@@ -353,6 +368,44 @@ def _residual_gemv_shape(
     return x.new_empty(1, weight.shape[0]), torch.empty_like(x)
 
 
+@torch.library.custom_op("llm_serving_bench::gemv_residual_after", mutates_args=())
+def _gemv_residual_after_op(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor | None,
+    residual: torch.Tensor,
+    branch_norm: torch.Tensor,
+    scalar: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    x_new = torch.empty_like(residual)
+    _launch(
+        x,
+        weight if weight_scale is None else (weight, weight_scale),
+        residual=residual.contiguous(),
+        branch_norm=branch_norm,
+        scalar=scalar,
+        x_out=x_new,
+        eps=eps,
+        prologue=PLAIN,
+        epilogue=RESIDUAL_AFTER,
+    )
+    return x_new
+
+
+@_gemv_residual_after_op.register_fake
+def _gemv_residual_after_shape(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor | None,
+    residual: torch.Tensor,
+    branch_norm: torch.Tensor,
+    scalar: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
+    return torch.empty_like(residual)
+
+
 def _use_kernel(fused: bool, x: torch.Tensor, weight: Weight) -> bool:
     if isinstance(weight, tuple):
         return fused and x.shape[0] == 1 and x.device.type == "cuda"
@@ -407,6 +460,27 @@ def gelu_mul_linear(a: torch.Tensor, b: torch.Tensor, weight: Weight, fused: boo
     if _use_kernel(fused, a, weight):
         return _gemv_op(a, *_parts(weight), b, None, 0.0, GELU_MUL, NO_EPILOGUE)
     return _matmul(F.gelu(a, approximate="tanh") * b, weight)
+
+
+def linear_residual(
+    x: torch.Tensor,
+    weight: Weight,
+    residual: torch.Tensor,
+    branch_norm: torch.Tensor,
+    scalar: torch.Tensor | None,
+    eps: float,
+    fused: bool,
+) -> torch.Tensor:
+    """A projection and the residual step after it: (residual + RMSNorm(x @ weight^T) *
+    branch_norm) [* scalar]. At batch 1 the product's last program does the step
+    (epilogue 3), so it takes no kernel of its own."""
+    if _use_kernel(fused, x, weight):
+        return _gemv_residual_after_op(x, *_parts(weight), residual, branch_norm, scalar, eps)
+    y = _matmul(x, weight)
+    x_new = residual + torch.rms_norm(y, (y.shape[-1],), branch_norm, eps)
+    if scalar is not None:
+        x_new = (x_new * scalar).to(x_new.dtype)
+    return x_new
 
 
 def residual_linear(

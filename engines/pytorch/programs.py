@@ -147,7 +147,8 @@ def gemma4_layer(
     `gemv_epilogues`: the norms scale the products after them and the GELU gates end the
     projections that make them (gate/up, the per-layer gate) instead of starting the
     ones that read them, so no projection does a pass over its input before its weights
-    stream (see `kernels`).
+    stream, and the residual steps after the attention output and the per-layer
+    projection end those products (see `kernels`).
     `attention_form`: "kernel" runs batch 1 on CUDA through `attention_kernel` and
     anything else through the products; "reduction" see `_attend`.
     """
@@ -173,8 +174,13 @@ def gemma4_layer(
         attn = attention_kernel.decode_attention(q, k_pool, v_pool, hidden, scale)
     else:
         attn = _attend(q, keys, values, hidden, scale, attention_form == "reduction")
-    o = kernels.linear(attn.reshape(rows, -1), w_o, fused_gemv)
-    x = x + torch.rms_norm(o, (width,), n_post_attn, eps)
+    if gemv_epilogues:
+        x = kernels.linear_residual(
+            attn.reshape(rows, -1), w_o, x, n_post_attn, None, eps, fused_gemv
+        )
+    else:
+        o = kernels.linear(attn.reshape(rows, -1), w_o, fused_gemv)
+        x = x + torch.rms_norm(o, (width,), n_post_attn, eps)
 
     if gemv_epilogues and activation == "gelu_pytorch_tanh":
         act = kernels.gated_norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv, post_scale=True)
@@ -182,7 +188,9 @@ def gemma4_layer(
         ple_act, x = kernels.residual_linear(
             x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv, gate_times=ple
         )
-        p = kernels.linear(ple_act, w_ple_proj, fused_gemv)
+        return kernels.linear_residual(
+            ple_act, w_ple_proj, x, n_post_ple, layer_scalar, eps, fused_gemv
+        )
     else:
         gate, up = kernels.norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv).chunk(2, dim=-1)
         d = _gated_linear(gate, up, w_down, activation, fused_gemv)

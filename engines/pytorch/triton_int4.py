@@ -54,10 +54,12 @@ import triton
 import triton.language as tl
 
 from contract.errors import BenchError
+from engines.pytorch.kernels import RESIDUAL_AFTER
 from engines.pytorch.triton_kernels import (
     _gelu_tanh,
     _input,
     _prologue,
+    _residual_after,
     _round,
 )
 
@@ -188,8 +190,13 @@ def matmul_key(bucket: int, n: int, k: int, group: int) -> str:
 
 
 def _prune_gemv(configs: list, named_args: dict, **kwargs: object) -> list:
-    forms = (int(kwargs[name]) for name in ("PROLOGUE", "EPILOGUE", "GROUP"))  # type: ignore[call-overload]
-    key = gemv_key(named_args["N"], named_args["K"], *forms)
+    forms = ("PROLOGUE", "EPILOGUE", "GROUP")
+    prologue, epilogue, group = (int(kwargs[name]) for name in forms)  # type: ignore[call-overload]
+    # The residual step after the product (epilogue 3) is one program's work once the
+    # others are done: the product's own pinned shape stands for it.
+    if epilogue == RESIDUAL_AFTER:
+        epilogue = 0
+    key = gemv_key(named_args["N"], named_args["K"], prologue, epilogue, group)
     pinned = _pinned(_gpu_name(), "gemv_int4", key)
     return configs if pinned is None else [pinned]
 
@@ -376,6 +383,7 @@ def gemv_int4(
     s_ptr,
     xo_ptr,
     m_ptr,
+    count_ptr,
     wq_ptr,
     ws_ptr,
     y_ptr,
@@ -444,6 +452,8 @@ def gemv_int4(
     if PROLOGUE == 5:
         rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
     _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
+    if EPILOGUE == 3:
+        _residual_after(y_ptr, b_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, SCALE)
 
 
 MATMUL_INT4_CONFIGS = [

@@ -11,7 +11,7 @@ GPU (`tests/engines/pytorch/test_triton_interpreter.py`).
 Codes shared with `kernels` (Triton reads plain integers here): prologue 0 plain, 1 RMSNorm
 before the product, 2 GELU gate, 3 residual step, 4 residual step then RMSNorm, 5 RMSNorm
 scaled after the product; epilogue 0 none, 1 GELU gate of a gate/up pair, 2 GELU gate
-times a vector.
+times a vector, 3 residual step after the product (`_residual_after`).
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
@@ -47,15 +47,54 @@ def _round(v, like_ptr):
 
 
 @triton.jit
-def _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE: tl.constexpr):
+def _residual_of(x, b, rw, scalar, branch_rstd, like_ptr, SCALE: tl.constexpr):
     # x + RMSNorm(b) * rw [* scalar], rounded where the unfused ops round.
+    xn = _round(x + _round(b * branch_rstd * rw, like_ptr), like_ptr)
+    if SCALE:
+        xn = _round(xn * scalar, like_ptr)
+    return xn
+
+
+@triton.jit
+def _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE: tl.constexpr):
     x = tl.load(x_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
     rw = tl.load(rw_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-    xn = _round(x + _round(b * branch_rstd * rw, x_ptr), x_ptr)
-    if SCALE:
-        xn = _round(xn * scalar, x_ptr)
-    return xn
+    return _residual_of(x, b, rw, scalar, branch_rstd, x_ptr, SCALE)
+
+
+# Epilogue 3 reads the finished output row in chunks of this many values.
+RESIDUAL_CHUNK = tl.constexpr(1024)
+
+
+@triton.jit
+def _residual_after(
+    y_ptr, r_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, SCALE: tl.constexpr
+):  # fmt: skip
+    # Epilogue 3: the residual step r + RMSNorm(y) * rw [* scalar] of the product y it
+    # ends, written to xo, instead of a kernel of its own after the product. It needs the
+    # whole row y, so the last program to finish writes it: each program counts itself
+    # (atomically, after all its threads stored their rows, as `triton_int4.matmul_int4`'s
+    # split-K does), and the one that counts last reads y back past L1 (other SMs wrote
+    # it) and resets the counter for the next launch.
+    tl.debug_barrier()
+    if tl.atomic_add(count_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        squares = tl.zeros((RESIDUAL_CHUNK,), dtype=tl.float32)
+        for n0 in range(0, N, RESIDUAL_CHUNK):
+            cols = n0 + tl.arange(0, RESIDUAL_CHUNK)
+            y = tl.load(y_ptr + cols, mask=cols < N, other=0.0, cache_modifier=".cg")
+            y = y.to(tl.float32)
+            squares += y * y
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / N + eps)
+        for n0 in range(0, N, RESIDUAL_CHUNK):
+            cols = n0 + tl.arange(0, RESIDUAL_CHUNK)
+            ok = cols < N
+            y = tl.load(y_ptr + cols, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+            r = tl.load(r_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+            rw = tl.load(rw_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+            xn = _residual_of(r, y, rw, scalar, rstd, r_ptr, SCALE)
+            tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=ok)
+        tl.atomic_xchg(count_ptr, 0)
 
 
 @triton.jit
@@ -187,6 +226,7 @@ def gemv(
     s_ptr,
     xo_ptr,
     m_ptr,
+    count_ptr,
     w_ptr,
     y_ptr,
     N,
@@ -200,6 +240,7 @@ def gemv(
     BLOCK_K: tl.constexpr,
 ):
     # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
+    # Epilogue 3 takes the residual row as b, its norm weight as rw (`_residual_after`).
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -247,6 +288,8 @@ def gemv(
         m = tl.load(m_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
         y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+    if EPILOGUE == 3:
+        _residual_after(y_ptr, b_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, SCALE)
 
 
 @triton.jit

@@ -93,6 +93,37 @@ def test_residual_projection_writes_the_same_residual_row(
     assert _close(got, ref, 1e-2)
 
 
+@pytest.mark.parametrize("with_scalar", [False, True])
+@pytest.mark.parametrize("quantized", [False, True], ids=["dense", "int4"])
+def test_a_residual_step_ending_the_product_writes_the_residual_row(
+    tensors: dict[str, torch.Tensor], quantized: bool, with_scalar: bool
+) -> None:
+    from engines.pytorch import int4
+
+    x, w = tensors["x"], tensors["w"]
+    weight: kernels.Weight = int4.quantize(w, 32) if quantized else w
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    residual, rw = (
+        torch.randn(1, w.shape[0], device="cuda", dtype=torch.bfloat16, generator=gen) * 4,
+        torch.randn(w.shape[0], device="cuda", dtype=torch.bfloat16, generator=gen),
+    )
+    scalar = torch.full((1,), 0.7, device="cuda", dtype=torch.bfloat16) if with_scalar else None
+    # The same step in torch's form on the kernel's own product (times the identity,
+    # exactly): another block shape may sum that product in another order, an ulp apart.
+    identity = torch.eye(w.shape[0], device="cuda", dtype=torch.bfloat16)
+    own = kernels.linear_residual(
+        kernels.linear(x, weight), identity, residual, rw, scalar, 1e-6, False
+    )
+    bound = 2**-7 * (residual.float().abs() + own.float().abs())
+    # Three launches in a row: the last program of each resets the counter.
+    launches = [
+        kernels.linear_residual(x, weight, residual, rw, scalar, 1e-6, True) for _ in range(3)
+    ]
+    assert bool(((launches[0].float() - own.float()).abs() <= bound).all())
+    assert all(torch.equal(launch, launches[0]) for launch in launches[1:])
+    assert int(kernels._residual_counter(x.device).item()) == 0
+
+
 def test_batches_of_more_than_one_row_keep_cublas(tensors: dict[str, torch.Tensor]) -> None:
     rows = tensors["x"].repeat(4, 1)
     assert torch.equal(kernels.linear(rows, tensors["w"]), rows @ tensors["w"].T)

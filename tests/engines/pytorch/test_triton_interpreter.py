@@ -87,6 +87,30 @@ def _gemv_checks(
             exact = F.gelu(exact, approximate="tanh") * times.float()
             label += " gelu times"
         record(label + tag, y, exact, ref)
+    # The residual step after the product (epilogue 3): a residual row and norm as wide
+    # as the output; launched twice, since its last program must reset the counter.
+    residual, rw = (m * 4).to(x.dtype), m.flatten().flip(0)
+    product = xf @ wf.T
+    for scale in (None, scalar):
+        label = f"residual after{' scalar' if scale is not None else ''}"
+        exact = residual.float() + torch.rms_norm(product, (product.shape[-1],), rw.float(), 1e-6)
+        if scale is not None:
+            exact = exact * scale.float()
+        ref = kernels.linear_residual(x, w, residual, rw, scale, 1e-6, False)
+        # The step on the kernel's own product (one configuration: the same sums; times
+        # the identity, exactly), in torch's form, to the ulps the interpreter's
+        # truncation allows at each rounding (as above).
+        own_product = gemv(kernels.PLAIN)
+        identity = torch.eye(own_product.shape[-1], dtype=x.dtype)
+        own = kernels.linear_residual(own_product, identity, residual, rw, scale, 1e-6, False)
+        bound = 2**-6 * (residual.float().abs() + own.float().abs()) + 1e-6
+        for launch in ("", " again"):
+            got = kernels._gemv_residual_after_op(
+                x, *kernels._parts(w), residual, rw, scale, 1e-6
+            )  # fmt: skip
+            record(label + launch + tag, got, exact, ref)
+            row_ok = bool(((got.float() - own.float()).abs() <= bound).all())
+            out[f"{label} row{launch}{tag}"] = {"ok": row_ok}
 
 
 def _program_checks(out: dict[str, dict[str, Any]]) -> None:

@@ -29,11 +29,13 @@ def _signature(fn: object, count: int, ints: tuple[str, ...]) -> dict[str, str]:
 
 @pytest.mark.parametrize("config", triton_int4.GEMV_INT4_CONFIGS, ids=str)
 def test_gemv_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
-    signature = _signature(triton_int4.gemv_int4.fn, 13, ("N", "K"))
-    # The heaviest forms: norm scaled after + gate/up pair, residual + GELU times.
+    signature = _signature(triton_int4.gemv_int4.fn, 14, ("N", "K"))
+    # The heaviest forms: norm scaled after + gate/up pair, residual + GELU times, and
+    # the residual step after the product.
     for prologue, epilogue in (
         (kernels.RMS_NORM_AFTER, kernels.GELU_PAIR),
         (kernels.RESIDUAL, kernels.GELU_TIMES),
+        (kernels.PLAIN, kernels.RESIDUAL_AFTER),
     ):
         constants = {"PROLOGUE": prologue, "SCALE": False, "EPILOGUE": epilogue, "PDL": False}
         constants |= {"GROUP": 32, **config.kwargs}

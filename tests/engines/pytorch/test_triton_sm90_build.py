@@ -18,13 +18,23 @@ from engines.pytorch import kernels  # noqa: E402
 
 H200 = GPUTarget("cuda", 90, 32)
 PDL = {"launch_pdl": True}  # as an H200 launches them (engines.pytorch.dependent_launch)
-GEMV_POINTERS = ("x_ptr", "b_ptr", "nw_ptr", "rw_ptr", "s_ptr", "xo_ptr", "m_ptr", "w_ptr")
+GEMV_POINTERS = (
+    "x_ptr",
+    "b_ptr",
+    "nw_ptr",
+    "rw_ptr",
+    "s_ptr",
+    "xo_ptr",
+    "m_ptr",
+    "count_ptr",
+    "w_ptr",
+)
 
 
 def _gemv_source(prologue: int, epilogue: int, scale: bool, pdl: bool) -> ASTSource:
     from engines.pytorch import triton_kernels
 
-    signature = {name: "*bf16" for name in (*GEMV_POINTERS, "y_ptr")}
+    signature = {name: "*bf16" for name in (*GEMV_POINTERS, "y_ptr")} | {"count_ptr": "*i32"}
     signature |= {"N": "i32", "K": "i32", "eps": "fp32"}
     constants = {
         "PROLOGUE": prologue,
@@ -47,6 +57,8 @@ LAUNCHED = [
     (kernels.GELU_MUL, kernels.NO_EPILOGUE, False),
     (kernels.RESIDUAL, kernels.GELU_TIMES, False),
     (kernels.RESIDUAL_NORM, kernels.NO_EPILOGUE, True),
+    (kernels.PLAIN, kernels.RESIDUAL_AFTER, False),
+    (kernels.PLAIN, kernels.RESIDUAL_AFTER, True),
 ]
 
 
@@ -107,7 +119,7 @@ def test_gemv_int4_variant_builds_for_sm90(
         "BLOCK_K": 256,
         "GROUP_SCALES": group_scales,
     }
-    signature = {name: signature[name] for name in triton_int4.gemv_int4.fn.arg_names[:13]}
+    signature = {name: signature[name] for name in triton_int4.gemv_int4.fn.arg_names[:14]}
     signature |= dict.fromkeys(constants, "constexpr")
     source = ASTSource(fn=triton_int4.gemv_int4.fn, signature=signature, constexprs=constants)
     compiled = triton.compile(source, target=H200, options=PDL)
