@@ -119,12 +119,22 @@ def _shape(weight: Weight) -> tuple[int, int]:
     return weight.shape[0], weight.shape[1]
 
 
+def _traced() -> bool:
+    """Whether torch.compile is tracing the caller, which needs the custom ops below.
+    Eager int4 calls (a prefill, whose time is mostly the host's) launch the kernels
+    directly: the op's dispatch took 36 -> 21 us of host time a dequantize and 86 -> 39
+    us a `matmul_int4` of 8 rows (`2026-12-03-h200-int4-residual-epilogue.md`)."""
+    return torch.compiler.is_compiling()
+
+
 def dense(weight: Weight, dtype: torch.dtype) -> torch.Tensor:
     """The weight as a dense (N, K) matrix in `dtype` (int4: q * scale, the same bits on
     CUDA, through `triton_int4.dequantize_int4`, as on the CPU)."""
     if isinstance(weight, tuple):
         if weight[0].device.type == "cuda":
-            return _dequantize_int4_op(weight[0], weight[1], dtype)
+            if _traced():
+                return _dequantize_int4_op(weight[0], weight[1], dtype)
+            return _launch_dequantize_int4(weight[0], weight[1], dtype)
         from engines.pytorch import int4
 
         return int4.dequantize(weight[0], weight[1], dtype)
@@ -175,7 +185,8 @@ def _matmul(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     if isinstance(weight, tuple) and x.device.type == "cuda":
         rows = x.reshape(-1, x.shape[-1])
         if rows.shape[0] <= INT4_MATMUL_MAX_ROWS:
-            return _matmul_int4_op(rows, weight[0], weight[1]).view(*x.shape[:-1], -1)
+            launch = _matmul_int4_op if _traced() else _launch_matmul_int4
+            return launch(rows, weight[0], weight[1]).view(*x.shape[:-1], -1)
     return F.linear(x, dense(weight, x.dtype))
 
 
