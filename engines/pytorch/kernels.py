@@ -122,8 +122,8 @@ def _shape(weight: Weight) -> tuple[int, int]:
 def _traced() -> bool:
     """Whether torch.compile is tracing the caller, which needs the custom ops below.
     Eager int4 calls (a prefill, whose time is mostly the host's) launch the kernels
-    directly: the op's dispatch took 36 -> 21 us of host time a dequantize and 86 -> 39
-    us a `matmul_int4` of 8 rows (`2026-12-03-h200-int4-residual-epilogue.md`)."""
+    directly: the op's dispatch roughly doubled their host time a call (records:
+    `2026-12-03-h200-int4-residual-epilogue.md`)."""
     return torch.compiler.is_compiling()
 
 
