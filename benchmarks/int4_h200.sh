@@ -14,6 +14,9 @@
 #           with TABLE (a pinned table kept elsewhere, e.g. `git show REV:engines/pytorch/
 #           int4_configs.json > old.json`, carried as an untracked file), which separates
 #           a retuning from the machine (about 5 minutes);
+#   prefill: one packed prefill of 8 and of 16 prompts (128 tokens) profiled, bf16 and
+#           int4 (`engines.pytorch.stepbench --profile-prefill`): wall, device and host
+#           time and the top host ops (about 3 minutes);
 #   server-int4: the int4 sweep alone (about 3 minutes: the bf16 one is in
 #           benchmarks/records/2026-12-02-h200-int4-server.json);
 #   sweep:  the engine's CUDA tests, then `benchmarks.int4_gemv_sweep` (every block shape
@@ -33,7 +36,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|sweep|table|all
+#     steps|server|server-int4|profile|profile-tables|prefill|sweep|table|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -152,6 +155,29 @@ profile-tables)
     > "$OUT/dp.log" 2>&1
   echo "decode profile exit: $?"
   tail -8 "$OUT/dp.log"
+  ;;
+prefill)
+  for q in none w4a16; do
+    for n in 8 16; do
+      # shellcheck disable=SC2086
+      timeout 120 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1 --steps 4 \
+        --warmup 1 --quantize "$q" --profile-prefill "$n" --out "$OUT/prefill-$q-$n.json" \
+        > "$OUT/prefill-$q-$n.log" 2>&1
+      echo "prefill $q $n exit: $?"
+    done
+  done
+  python3 - "$OUT" <<'PY'
+import json, sys
+for q in ("none", "w4a16"):
+    for n in (8, 16):
+        try:
+            p = json.load(open(f"{sys.argv[1]}/prefill-{q}-{n}.json"))["prefill_profile"]
+        except (OSError, KeyError):
+            continue
+        print(f"{q} {n} prompts: wall {p['wall_ms']:.1f} ms, device {p['device_time_ms']:.1f},"
+              f" host {p['host_self_cpu_ms']:.1f};",
+              [(o["op"][:40], o["count"], round(o["self_cpu_ms"], 1)) for o in p["top_host_ops"][:6]])
+PY
   ;;
 server-int4)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused

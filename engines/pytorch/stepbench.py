@@ -6,6 +6,8 @@ It measures the runner, not the server: `bench sweep` against the HTTP server is
 figure users compare; this one says how much of it the model step is, and profiles it.
 The runner's modes are flags: row-by-row or batched decode attention, CUDA graphs, and
 torch.compile of the batched step (`--compile-mode`), so each can be measured alone.
+`--profile` profiles a decode step at each batch size, `--profile-prefill N` one packed
+prefill of N prompts (how much of it is the host's).
 
     python -m engines.pytorch.stepbench --model random:gemma-4-e2b --batches 1,8,64 \
         --decode-attention batched --cuda-graphs on --profile
@@ -128,28 +130,20 @@ def decode_times(
     }
 
 
-def profile_decode(
-    runner: ModelRunner, batch: int, prompt_len: int, top_n: int = 15
+def _profiled(
+    fn: Callable[[], object], device: torch.device, top_n: int
 ) -> dict[str, Any]:
-    """One decode step under torch.profiler: kernels, device time against the step's
-    wall time (unprofiled, median of a few), and the top kernels and host ops."""
+    """`fn` (already warm) timed unprofiled (median of 5), then once under torch.profiler:
+    device time against the wall time, host time, and the top kernels and host ops."""
     from torch.profiler import ProfilerActivity, profile
 
-    slots = list(range(batch))
-    positions = [prompt_len + 40] * batch  # within the timed steps' KV bucket
-    runner.cache.ensure_capacity(prompt_len + 41)
     activities = [ProfilerActivity.CPU]
-    if runner.device.type == "cuda":
+    if device.type == "cuda":
         activities.append(ProfilerActivity.CUDA)
-    for _ in range(2):  # warm: a graph for this shape is captured here, not profiled
-        runner.decode(slots, [5] * batch, positions)
-    wall = statistics.median(
-        _timed(lambda: runner.decode(slots, [5] * batch, positions), runner.device)
-        for _ in range(5)
-    )
+    wall = statistics.median(_timed(fn, device) for _ in range(5))
     with profile(activities=activities) as prof:
-        runner.decode(slots, [5] * batch, positions)
-        _sync(runner.device)
+        fn()
+        _sync(device)
     events = prof.key_averages()
     device_events = [e for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")]
     host_events = [e for e in events if e not in device_events]
@@ -159,12 +153,11 @@ def profile_decode(
     )[:top_n]
     top_host = sorted(host_events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top_n]
     return {
-        "batch": batch,
-        "step_wall_ms": 1e3 * wall,
+        "wall_ms": 1e3 * wall,
         "device_kernels": sum(e.count for e in device_events),
         "device_time_ms": device_ms,
-        # Share of the step's wall time the GPU spends in kernels: near 1 is GPU-bound,
-        # far below it the host (Python, launches) is what the step waits for.
+        # Share of the wall time the GPU spends in kernels: near 1 is GPU-bound, far
+        # below it the host (Python, launches) is what the work waits for.
         "device_busy_fraction": device_ms / (1e3 * wall) if wall > 0 else None,
         "host_ops": sum(e.count for e in host_events),
         "host_self_cpu_ms": sum(e.self_cpu_time_total for e in host_events) / 1e3,
@@ -181,6 +174,38 @@ def profile_decode(
             for e in top_host
         ],
     }
+
+
+def profile_decode(
+    runner: ModelRunner, batch: int, prompt_len: int, top_n: int = 15
+) -> dict[str, Any]:
+    """One decode step under torch.profiler (`_profiled`)."""
+    slots = list(range(batch))
+    positions = [prompt_len + 40] * batch  # within the timed steps' KV bucket
+    runner.cache.ensure_capacity(prompt_len + 41)
+    for _ in range(2):  # warm: a graph for this shape is captured here, not profiled
+        runner.decode(slots, [5] * batch, positions)
+    profiled = _profiled(
+        lambda: runner.decode(slots, [5] * batch, positions), runner.device, top_n
+    )
+    return {"batch": batch, "step_wall_ms": profiled.pop("wall_ms"), **profiled}
+
+
+def profile_prefill(
+    runner: ModelRunner, prompts: int, prompt_len: int, top_n: int = 15
+) -> dict[str, Any]:
+    """One packed prefill of `prompts` prompts, as the scheduler packs them, under
+    torch.profiler (`_profiled`): a prefill's wall time far above its device time is
+    the host's (per-prompt attention, launches)."""
+    prompt = [(7 * i) % 200 + 1 for i in range(prompt_len)]
+
+    def prefill() -> None:
+        runner.prefill_many([(slot, prompt, 0) for slot in range(prompts)])
+
+    for _ in range(2):
+        prefill()
+    profiled = _profiled(prefill, runner.device, top_n)
+    return {"prompts": prompts, "prompt_len": prompt_len, **profiled}
 
 
 def greedy_tokens(runner: ModelRunner, prompt_len: int, count: int) -> list[int]:
@@ -271,6 +296,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--profile", action="store_true", help="profile one decode step at the batch sizes"
     )
+    p.add_argument(
+        "--profile-prefill",
+        type=int,
+        default=0,
+        metavar="PROMPTS",
+        help="profile one packed prefill of this many prompts of --prompt-len tokens",
+    )
     p.add_argument("--quantize", choices=("none", "w4a16"), default="none")
     p.add_argument("--int4-configs", type=Path, help="the int4 kernels' pinned table")
     p.add_argument("--out", help="write the results here as JSON")
@@ -287,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     runner = ModelRunner(
         loaded,
-        num_slots=max(batches),
+        num_slots=max(*batches, args.profile_prefill),
         batch_invariant=args.batch_invariant == "on",
         batched_decode=args.decode_attention == "batched",
         cuda_graphs=args.cuda_graphs == "on",
@@ -334,6 +366,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result["roofline_tok_s_batch1"] = bw / result["weight_bytes_streamed"]
     if args.profile:
         result["profiles"] = [profile_decode(runner, b, args.prompt_len) for b in batches]
+    if args.profile_prefill:
+        result["prefill_profile"] = profile_prefill(
+            runner, args.profile_prefill, args.prompt_len
+        )
     result["gemv_configs"] = kernels.tuned_configs()
     if args.check_tokens:
         result["greedy_tokens_batch1"] = greedy_tokens(runner, args.prompt_len, args.check_tokens)

@@ -23,6 +23,8 @@ def test_stepbench_on_tiny() -> None:
             "--generate-tokens",
             "4",
             "--profile",
+            "--profile-prefill",
+            "3",
         ]
     )
     assert [r["batch"] for r in result["decode"]] == [1, 2]
@@ -32,6 +34,8 @@ def test_stepbench_on_tiny() -> None:
     assert [p["batch"] for p in result["profiles"]] == [1, 2]
     assert result["profiles"][0]["host_ops"] > 0
     assert result["profiles"][0]["step_wall_ms"] > 0
+    prefill = result["prefill_profile"]
+    assert prefill["prompts"] == 3 and prefill["wall_ms"] > 0 and prefill["host_ops"] > 0
 
 
 def test_stepbench_batched_decode_on_tiny() -> None:
