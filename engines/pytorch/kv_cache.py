@@ -24,7 +24,8 @@ keyword argument, which transformers passes through to attention. Three layouts:
   scheduler keeps running sequences in the lowest slots); rows past the real ones are
   padding up to a graph's batch size and write into a scratch slot no sequence owns.
 - `PackedLayout`: a prefill of one or more prompt chunks packed into one row, each
-  chunk attending only to its own sequence.
+  chunk attending only to its own sequence: for short chunks in one call a layer over
+  their keys gathered, with a mask (`PACKED_ONE_CALL_MAX_SCORES`), else chunk by chunk.
 """
 
 from __future__ import annotations
@@ -37,6 +38,13 @@ import torch.nn.functional as F
 from transformers import AttentionInterface
 
 ENGINE_ATTENTION = "engine_ragged"
+# A packed prefill attends in one call a layer, its chunks' keys gathered and a mask
+# keeping each query to its own chunk's, while the scores (queries x gathered keys) are
+# this many or fewer: a call a chunk and layer was what a prefill of short prompts spent
+# its time on, on the host (records: `2026-12-03-h200-int4-residual-epilogue.md`). Past
+# it (long chunks, whose own work dwarfs a loop's host time, and whose masked-out scores
+# would not fit) one call a chunk.
+PACKED_ONE_CALL_MAX_SCORES = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,8 @@ class PackedLayout:
     ends: tuple[int, ...]
     offsets: tuple[int, ...]
     q_len: int
+    # Index tensors and masks, built at a forward's first layer and reused by the others.
+    plans: dict[tuple, object] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def build(cls, chunks: list[tuple[int, int, int]]) -> PackedLayout:
@@ -143,6 +153,59 @@ class PackedLayout:
     def segments(self) -> list[tuple[int, int, int, int]]:
         """(slot, start, end, offset) per chunk."""
         return list(zip(self.slots, self.starts, self.ends, self.offsets, strict=True))
+
+    def write_index(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(slot, position) of each token of the packed row: one write a pool."""
+        key = ("write", device)
+        if key not in self.plans:
+            spans = [(slot, start, end) for slot, start, end, _o in self.segments()]
+            self.plans[key] = _spans_index(spans, device)
+        return self.plans[key]  # type: ignore[return-value]
+
+    def read_plan(
+        self, window: int | None, device: torch.device
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """The keys every chunk reads, in one index: (slot, position) of each, and the
+        mask (q_len, keys) keeping each query to its own chunk's keys, causal and within
+        `window`. None past `PACKED_ONE_CALL_MAX_SCORES` (attend chunk by chunk)."""
+        key = ("read", window, device)
+        if key not in self.plans:
+            # A query at position p sees keys p - window + 1 ... p (transformers' convention).
+            spans = [
+                (slot, max(0, start - window + 1) if window else 0, end)
+                for slot, start, end, _o in self.segments()
+            ]
+            keys = sum(end - lo for _s, lo, end in spans)
+            plan = None
+            if keys * self.q_len <= PACKED_ONE_CALL_MAX_SCORES:
+                k_slot, k_pos = _spans_index(spans, device)
+                _slots, q_pos = self.write_index(device)
+                k_chunk = _chunk_ids([end - lo for _s, lo, end in spans], device)
+                q_chunk = _chunk_ids([e - s for _slot, s, e, _o in self.segments()], device)
+                mask = (q_chunk[:, None] == k_chunk[None, :]) & (k_pos[None, :] <= q_pos[:, None])
+                if window:
+                    mask = mask & (k_pos[None, :] > q_pos[:, None] - window)
+                plan = (k_slot, k_pos, mask)
+            self.plans[key] = plan
+        return self.plans[key]  # type: ignore[return-value]
+
+
+def _spans_index(
+    spans: list[tuple[int, int, int]], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(slot, lo, end) spans -> the slot and position of each of their tokens, in order."""
+    slots = [slot for slot, lo, end in spans for _ in range(lo, end)]
+    positions = [p for _slot, lo, end in spans for p in range(lo, end)]
+    return (
+        torch.tensor(slots, dtype=torch.long, device=device),
+        torch.tensor(positions, dtype=torch.long, device=device),
+    )
+
+
+def _chunk_ids(lengths: list[int], device: torch.device) -> torch.Tensor:
+    return torch.repeat_interleave(
+        torch.arange(len(lengths), device=device), torch.tensor(lengths, device=device)
+    )
 
 
 Layout = BatchLayout | DecodeLayout | PackedLayout
@@ -257,9 +320,9 @@ class SlotKVCache:
         k_pool = self._pool(self.keys, layer_idx, key_states)
         v_pool = self._pool(self.values, layer_idx, value_states)
         if isinstance(layout, PackedLayout):
-            for slot, start, end, offset in layout.segments():
-                k_pool[slot, :, start:end] = key_states[0, :, offset : offset + end - start]
-                v_pool[slot, :, start:end] = value_states[0, :, offset : offset + end - start]
+            slots, positions = layout.write_index(k_pool.device)
+            k_pool[slots, :, positions] = key_states[0].transpose(0, 1)
+            v_pool[slots, :, positions] = value_states[0].transpose(0, 1)
         elif layout.q_len == 1:
             # One index_put per pool for the whole batch: no host sync, so a CUDA graph
             # can capture it, and the positions are read from tensors at replay.
@@ -406,6 +469,14 @@ def ragged_attention(
             query, key, value, engine_layout, scale, sliding_window, softcap
         )
         return out, None
+    if isinstance(engine_layout, PackedLayout):
+        plan = engine_layout.read_plan(sliding_window, query.device)
+        if plan is not None:
+            slots, positions, mask = plan
+            k = key[slots, :, positions].transpose(0, 1)[None]
+            v = value[slots, :, positions].transpose(0, 1)[None]
+            o = _attend(query, k, v, mask, False, scale, softcap)
+            return o.transpose(1, 2).contiguous(), None
     out = query.new_empty(rows, q_len, heads, value.shape[-1])
     if isinstance(engine_layout, PackedLayout):
         for slot, start, end, offset in engine_layout.segments():

@@ -7,7 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from engines.pytorch import kv_cache
 from engines.pytorch.kv_cache import (
+    PACKED_ONE_CALL_MAX_SCORES,
     BatchLayout,
     DecodeLayout,
     PackedLayout,
@@ -218,7 +220,14 @@ def test_batched_decode_equals_row_by_row() -> None:
     torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
 
 
-def test_packed_prefill_equals_one_sequence_at_a_time() -> None:
+@pytest.mark.parametrize(
+    "max_scores", [PACKED_ONE_CALL_MAX_SCORES, 0], ids=["one call", "by chunk"]
+)
+def test_packed_prefill_equals_one_sequence_at_a_time(
+    max_scores: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Packed chunks attend, in one call a layer or chunk by chunk, as each would alone."""
+    monkeypatch.setattr(kv_cache, "PACKED_ONE_CALL_MAX_SCORES", max_scores)
     gen = torch.Generator().manual_seed(3)
     heads, kv_heads, dim = 4, 2, 8
     chunks = [(2, 0, 6), (0, 4, 9), (1, 0, 1)]  # (slot, start, end); slot 0 has 4 earlier
