@@ -257,7 +257,6 @@ def _launch(
     scalar: torch.Tensor | None = None,
     x_out: torch.Tensor | None = None,
     multiplier: torch.Tensor | None = None,
-    residual: torch.Tensor | None = None,
     eps: float = 0.0,
     prologue: int,
     epilogue: int = NO_EPILOGUE,
@@ -274,8 +273,6 @@ def _launch(
         extra: dict[str, int] = {"GROUP": k // weight[1].shape[1]}
     else:
         kernel, weights, extra = _kernel(), (weight, y), {}
-    if residual is not None:  # epilogue 3 reads it as the kernels' b (`triton_kernels`)
-        other = residual
     kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](
         x,
         x if other is None else other.contiguous(),
@@ -393,7 +390,7 @@ def _gemv_residual_after_op(
     _launch(
         x,
         weight if weight_scale is None else (weight, weight_scale),
-        residual=residual.contiguous(),
+        other=residual,  # epilogue 3 reads the residual row as the kernels' b
         branch_norm=branch_norm,
         scalar=scalar,
         x_out=x_new,

@@ -170,10 +170,8 @@ class PackedLayout:
         `window`. None past `PACKED_ONE_CALL_MAX_SCORES` (attend chunk by chunk)."""
         key = ("read", window, device)
         if key not in self.plans:
-            # A query at position p sees keys p - window + 1 ... p (transformers' convention).
             spans = [
-                (slot, max(0, start - window + 1) if window else 0, end)
-                for slot, start, end, _o in self.segments()
+                (slot, _first_key(start, window), end) for slot, start, end, _o in self.segments()
             ]
             keys = sum(end - lo for _s, lo, end in spans)
             plan = None
@@ -188,6 +186,12 @@ class PackedLayout:
                 plan = (k_slot, k_pos, mask)
             self.plans[key] = plan
         return self.plans[key]  # type: ignore[return-value]
+
+
+def _first_key(start: int, window: int | None) -> int:
+    """The first key a chunk starting at `start` reads: a query at position p sees keys
+    p - window + 1 ... p (transformers' convention)."""
+    return max(0, start - window + 1) if window else 0
 
 
 def _spans_index(
@@ -379,8 +383,7 @@ def _attend_segment(
     """Queries q (1, H, n, D) at positions start ... end - 1 of the sequence in `slot`,
     over its own keys in the pools: (1, H, n, Dv)."""
     q_len = end - start
-    # A query at position p sees keys p - window + 1 ... p (transformers' convention).
-    lo = max(0, start - window + 1) if window else 0
+    lo = _first_key(start, window)
     k = key[slot : slot + 1, :, lo:end]
     v = value[slot : slot + 1, :, lo:end]
     mask = None
@@ -395,6 +398,34 @@ def _attend_segment(
             if window:
                 mask = mask & (k_pos > q_pos - window)
     return _attend(q, k, v, mask, is_causal, scale, softcap)
+
+
+def _packed_attention(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    layout: PackedLayout,
+    scale: float,
+    window: int | None,
+    softcap: float | None,
+) -> torch.Tensor:
+    """A packed row's queries (1, H, q_len, D) over their chunks' keys in the pools:
+    (1, q_len, H, Dv). One call for short chunks (`PackedLayout.read_plan`), else one a
+    chunk."""
+    plan = layout.read_plan(window, query.device)
+    if plan is not None:
+        slots, positions, mask = plan
+        k = key[slots, :, positions].transpose(0, 1)[None]
+        v = value[slots, :, positions].transpose(0, 1)[None]
+        return _attend(query, k, v, mask, False, scale, softcap).transpose(1, 2).contiguous()
+    out = query.new_empty(1, layout.q_len, query.shape[1], value.shape[-1])
+    for slot, start, end, offset in layout.segments():
+        n = end - start
+        o = _attend_segment(
+            query[:, :, offset : offset + n], key, value, slot, start, end, window, scale, softcap
+        )
+        out[0, offset : offset + n] = o[0].transpose(0, 1)
+    return out
 
 
 def batched_decode_attention(
@@ -458,7 +489,7 @@ def ragged_attention(
     of them on sliding layers), so a row's result does not depend on the other rows; the
     loop costs one kernel per row and layer, cheap at CPU batch sizes. A `DecodeLayout`
     goes to `batched_decode_attention` (one call per layer for the batch), a
-    `PackedLayout` to one SDPA call per packed chunk.
+    `PackedLayout` to `_packed_attention` (one call per layer for short chunks).
     """
     if engine_layout is None:
         raise RuntimeError(f"{ENGINE_ATTENTION} attention needs the engine's batch layout")
@@ -470,30 +501,9 @@ def ragged_attention(
         )
         return out, None
     if isinstance(engine_layout, PackedLayout):
-        plan = engine_layout.read_plan(sliding_window, query.device)
-        if plan is not None:
-            slots, positions, mask = plan
-            k = key[slots, :, positions].transpose(0, 1)[None]
-            v = value[slots, :, positions].transpose(0, 1)[None]
-            o = _attend(query, k, v, mask, False, scale, softcap)
-            return o.transpose(1, 2).contiguous(), None
-    out = query.new_empty(rows, q_len, heads, value.shape[-1])
-    if isinstance(engine_layout, PackedLayout):
-        for slot, start, end, offset in engine_layout.segments():
-            n = end - start
-            o = _attend_segment(
-                query[:, :, offset : offset + n],
-                key,
-                value,
-                slot,
-                start,
-                end,
-                sliding_window,
-                scale,
-                softcap,
-            )
-            out[0, offset : offset + n] = o[0].transpose(0, 1)
+        out = _packed_attention(query, key, value, engine_layout, scale, sliding_window, softcap)
         return out, None
+    out = query.new_empty(rows, q_len, heads, value.shape[-1])
     for b, (slot, length) in enumerate(
         zip(engine_layout.slots, engine_layout.lengths, strict=True)
     ):
