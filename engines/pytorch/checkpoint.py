@@ -26,7 +26,7 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from contract.errors import BenchError
-from engines.pytorch import int4
+from engines.pytorch import int4, int4_blocks
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +219,8 @@ def _apply(
             int4.dequantize_into(model, name, packed, scale)
     if on_cuda and tied:
         int4.tie_head(model)
+    if on_cuda:
+        int4_blocks.gather(model)
 
 
 def _tied(model: PreTrainedModel) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +30,9 @@ from torch import nn
 from transformers import PreTrainedModel
 
 from contract.errors import BenchError
+
+if TYPE_CHECKING:
+    from engines.pytorch.int4_blocks import Int4Block
 
 log = logging.getLogger(__name__)
 
@@ -124,10 +128,13 @@ def check(name: str, packed: torch.Tensor, scale: torch.Tensor, shape: tuple[int
 
 
 class Int4Linear(nn.Module):
-    """y = x @ (q * scale)^T with the weight kept as int4 (`kernels.linear` multiplies)."""
+    """y = x @ (q * scale)^T with the weight kept as int4 (`kernels.linear` multiplies).
+    In a layer's block (`int4_blocks`), the weight is values `offset`.. of the block, and
+    products that multiply the dequantized weight share the block's one dequantize."""
 
     packed: torch.Tensor
     scale: torch.Tensor
+    block: Int4Block | None
 
     def __init__(self, packed: torch.Tensor, scale: torch.Tensor, bias: torch.Tensor | None):
         super().__init__()
@@ -136,6 +143,7 @@ class Int4Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
         self.out_features = packed.shape[0]
         self.in_features = packed.shape[1] * PER_WORD
+        self.block, self.offset = None, 0
 
     @property
     def int4(self) -> Int4:
@@ -145,7 +153,13 @@ class Int4Linear(nn.Module):
         from engines.pytorch import kernels
 
         rows = x.reshape(-1, self.in_features)  # transformers passes (batch, tokens, in)
-        y = kernels.linear(rows, self.int4).view(*x.shape[:-1], self.out_features)
+        if self.block is not None and kernels.int4_multiplies_dense(rows):
+            n, k = self.out_features, self.in_features
+            weight = self.block.dense(rows.dtype)[self.offset : self.offset + n * k].view(n, k)
+            y = F.linear(rows, weight)
+        else:
+            y = kernels.linear(rows, self.int4)
+        y = y.view(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:

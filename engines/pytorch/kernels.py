@@ -179,14 +179,24 @@ def _dequantize_int4_shape(
     return packed.new_empty(packed.shape[0], packed.shape[1] * 8, dtype=dtype)
 
 
+def int4_multiplies_dense(x: torch.Tensor) -> bool:
+    """Whether an int4 product of x's rows, called eagerly, multiplies the dequantized
+    weight (on the CPU, or more rows than `matmul_int4` takes): what lets a layer's
+    products share one dequantize (`int4_blocks`)."""
+    return not _traced() and not _int4_rows(x)
+
+
+def _int4_rows(x: torch.Tensor) -> bool:
+    return x.device.type == "cuda" and x.numel() // x.shape[-1] <= INT4_MATMUL_MAX_ROWS
+
+
 def _matmul(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     """x @ weight^T for any row count: int4 through `matmul_int4` for a few rows on CUDA,
     else through the dense weight."""
-    if isinstance(weight, tuple) and x.device.type == "cuda":
+    if isinstance(weight, tuple) and _int4_rows(x):
         rows = x.reshape(-1, x.shape[-1])
-        if rows.shape[0] <= INT4_MATMUL_MAX_ROWS:
-            launch = _matmul_int4_op if _traced() else _launch_matmul_int4
-            return launch(rows, weight[0], weight[1]).view(*x.shape[:-1], -1)
+        launch = _matmul_int4_op if _traced() else _launch_matmul_int4
+        return launch(rows, weight[0], weight[1]).view(*x.shape[:-1], -1)
     return F.linear(x, dense(weight, x.dtype))
 
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from contract.errors import BenchError
-from engines.pytorch import attention_kernel, int4, kernels
+from engines.pytorch import attention_kernel, int4, int4_blocks, kernels
 from engines.pytorch.kernels import Weight
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
 
@@ -56,14 +56,19 @@ class UnsupportedModel(BenchError, ValueError):
 def _merge_linears(linears: list[Any]) -> Weight:
     """One (sum of outs, in) matrix for several projections of the same input; each
     module's weight becomes a view of its rows, so nothing is stored twice. Int4
-    projections merge their packed rows and their scale rows alike."""
+    projections merge their packed rows and their scale rows alike: consecutive weights of
+    a layer's int4 block are already one matrix (`int4_blocks.joined`)."""
     if all(isinstance(m, int4.Int4Linear) for m in linears):
+        joined = int4_blocks.joined(linears)
+        if joined is not None:
+            return joined
         packed = torch.cat([m.packed for m in linears], dim=0).contiguous()
         scale = torch.cat([m.scale for m in linears], dim=0).contiguous()
         row = 0
         for m in linears:
             n = m.out_features
             m.packed, m.scale = packed[row : row + n], scale[row : row + n]
+            m.block = None
             row += n
         return packed, scale
     if any(isinstance(m, int4.Int4Linear) for m in linears):

@@ -30,7 +30,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModelForCausalLM
 from transformers.utils.quantization_config import CompressedTensorsConfig
 
-from engines.pytorch import checkpoint, int4
+from engines.pytorch import checkpoint, int4, int4_blocks, kernels
 from engines.pytorch.model import build_random_model, load_model
 from engines.pytorch.runner import ModelRunner
 
@@ -155,17 +155,24 @@ def test_greedy_text_equals_transformers_on_dequantized_weights(ct_checkpoint: P
     assert len({tuple(_greedy(runner, p)) for p in _prompts()}) > 1
 
 
+def _with_int4_modules(folder: Path) -> torch.nn.Module:
+    """The checkpoint's model in its CUDA form, on the CPU: each int4 tensor set installed
+    as an int4 module, the tied head sharing the embedding's values."""
+    model = load_model(str(folder), device="cpu").model
+    tensors = load_file(str(folder / "model.safetensors"))
+    for name in checkpoint._quantized_names(tensors):
+        if name != "lm_head":
+            packed, scale = tensors[f"{name}.weight_packed"], tensors[f"{name}.weight_scale"]
+            int4.install(model, name, packed, scale)
+    assert int4.tie_head(model)
+    return model
+
+
 def test_int4_modules_compute_what_the_dequantized_model_computes(ct_checkpoint: Path) -> None:
     """The CUDA form (int4 modules, tied head sharing the embedding's values) run on the
     CPU through transformers' forward: the same logits as the dense dequantized model."""
     dense = load_model(str(ct_checkpoint), device="cpu").model
-    swapped = load_model(str(ct_checkpoint), device="cpu").model
-    tensors = load_file(str(ct_checkpoint / "model.safetensors"))
-    for name in checkpoint._quantized_names(tensors):
-        if name != "lm_head":
-            packed, scale = tensors[f"{name}.weight_packed"], tensors[f"{name}.weight_scale"]
-            int4.install(swapped, name, packed, scale)
-    assert int4.tie_head(swapped)
+    swapped = _with_int4_modules(ct_checkpoint)
     head = swapped.get_output_embeddings()
     assert isinstance(head, int4.Int4Linear)
     assert head.packed is swapped.get_input_embeddings().packed
@@ -174,6 +181,56 @@ def test_int4_modules_compute_what_the_dequantized_model_computes(ct_checkpoint:
         want = dense(input_ids=ids).logits
         got = swapped(input_ids=ids).logits
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_layers_int4_weights_are_dequantized_once_a_forward(
+    ct_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Gathered into one block a decoder layer, the int4 modules compute the same logits
+    bit for bit, and a forward that multiplies dequantized weights (a prefill: on the
+    CPU, every product) dequantizes each layer once, not each module."""
+    model = _with_int4_modules(ct_checkpoint)
+    tensors = load_file(str(ct_checkpoint / "model.safetensors"))
+    ids = torch.tensor([_prompts()[1]])
+    with torch.inference_mode():
+        apart = model(input_ids=ids).logits
+    layers = model.config.get_text_config().num_hidden_layers
+    assert int4_blocks.gather(model) == layers
+    linears = [m for m in model.modules() if isinstance(m, int4.Int4Linear)]
+    outside = [m for m in linears if m.block is None]
+    assert len({id(m.block) for m in linears if m.block is not None}) == layers
+    for name in checkpoint._quantized_names(tensors):
+        module = model.get_submodule(name)
+        if name != "lm_head" and isinstance(module, int4.Int4Linear):
+            assert torch.equal(module.packed, tensors[f"{name}.weight_packed"])
+            assert torch.equal(module.scale, tensors[f"{name}.weight_scale"])
+    dequantized: list[object] = []
+    dense = kernels.dense
+    monkeypatch.setattr(kernels, "dense", lambda w, dtype: dequantized.append(w) or dense(w, dtype))
+    with torch.inference_mode():
+        together = model(input_ids=ids).logits
+    assert torch.equal(together, apart)
+    assert len(dequantized) == layers + len(outside)
+
+
+def test_consecutive_weights_of_a_block_are_one_view() -> None:
+    """q/k/v and gate/up laid end to end in a block read back as one (rows, K) pair of
+    views, the rows of each weight in order; a gap between weights or a different width
+    is not a run."""
+    model = load_model("random:tiny-gemma4", device="cpu").model
+    checkpoint.quantize_model(model, GROUP, int4_modules=True)
+    attn = model.get_decoder().layers[0].self_attn
+    qkv = [attn.q_proj, attn.k_proj, attn.v_proj]
+    joined = int4_blocks.joined(qkv)
+    assert joined is not None
+    storage = attn.q_proj.block.packed.untyped_storage()
+    assert joined[0].untyped_storage().data_ptr() == storage.data_ptr()
+    torch.testing.assert_close(joined[0], torch.cat([m.packed for m in qkv]), rtol=0, atol=0)
+    torch.testing.assert_close(joined[1], torch.cat([m.scale for m in qkv]), rtol=0, atol=0)
+    assert int4_blocks.joined([attn.q_proj, attn.v_proj]) is None
+    mlp = model.get_decoder().layers[0].mlp
+    assert int4_blocks.joined([mlp.gate_proj, mlp.up_proj]) is not None
+    assert int4_blocks.joined([mlp.gate_proj, mlp.up_proj, mlp.down_proj]) is None
 
 
 def _run_quantize(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -309,6 +366,11 @@ def test_decode_program_runs_int4_weights_as_the_dense_dequantized_model() -> No
             loaded, num_slots=2, batch_invariant=False, batched_decode=True, decode_program=True
         )
         assert runner.program is not None
+        if loaded is packed:  # merged from the layer's block, not copied
+            q_proj = loaded.model.get_decoder().layers[0].self_attn.q_proj
+            w_qkv = runner.program.layers[0].w_qkv
+            assert isinstance(w_qkv, tuple) and q_proj.block is not None
+            assert w_qkv[0].data_ptr() == q_proj.block.packed.data_ptr()
         if compile_mode is not None:
             torch._dynamo.reset()
             options = ProgramOptions(compile_mode=compile_mode, compile_backend="aot_eager")

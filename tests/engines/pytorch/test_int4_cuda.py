@@ -33,6 +33,38 @@ def test_dequantize_kernel_equals_the_cpu_form(weight: tuple[torch.Tensor, torch
     assert torch.equal(kernels.dense(weight, scale.dtype).cpu(), want)
 
 
+def test_a_layer_block_gives_each_module_its_own_products() -> None:
+    """Int4 modules of one layer gathered into a block (`int4_blocks`): a prefill's rows
+    multiply the block's one dequantized copy and get what each module's own weight
+    gives, and a few rows still take `matmul_int4` on the module's view."""
+    from torch import nn
+
+    from engines.pytorch import int4_blocks
+
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    shapes = {"q": (384, 1024), "o": (1024, 384), "down": (256, 2048)}
+    weights = {
+        name: int4.quantize(torch.randn(*shape, device="cuda", generator=gen) / 32, 32)
+        for name, shape in shapes.items()
+    }
+    layer = nn.ModuleDict(
+        {
+            name: int4.Int4Linear(p.clone(), s.to(torch.bfloat16), None)
+            for name, (p, s) in weights.items()
+        }
+    )
+    model = nn.ModuleDict({"layers": nn.ModuleList([layer])})
+    alone = {
+        name: int4.Int4Linear(p, s.to(torch.bfloat16), None) for name, (p, s) in weights.items()
+    }
+    assert int4_blocks.gather(model) == 1
+    for rows in (8, 300):
+        for name, module in layer.items():
+            x = torch.randn(rows, module.in_features, device="cuda", generator=gen)
+            x = x.to(torch.bfloat16)
+            assert torch.equal(module(x), alone[name](x)), (name, rows)
+
+
 def test_pairs_make_the_same_products(weight: tuple[torch.Tensor, torch.Tensor]) -> None:
     from engines.pytorch import triton_int4
 
