@@ -79,13 +79,7 @@ def _residual_after(
     # it) and resets the counter for the next launch.
     tl.debug_barrier()
     if tl.atomic_add(count_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
-        squares = tl.zeros((RESIDUAL_CHUNK,), dtype=tl.float32)
-        for n0 in range(0, N, RESIDUAL_CHUNK):
-            cols = n0 + tl.arange(0, RESIDUAL_CHUNK)
-            y = tl.load(y_ptr + cols, mask=cols < N, other=0.0, cache_modifier=".cg")
-            y = y.to(tl.float32)
-            squares += y * y
-        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / N + eps)
+        rstd = _mean_square_rstd(y_ptr, N, eps, RESIDUAL_CHUNK, ".cg")
         for n0 in range(0, N, RESIDUAL_CHUNK):
             cols = n0 + tl.arange(0, RESIDUAL_CHUNK)
             ok = cols < N
@@ -145,11 +139,14 @@ def _input(
 
 
 @triton.jit
-def _mean_square_rstd(x_ptr, K, eps, BLOCK_K: tl.constexpr):
+def _mean_square_rstd(x_ptr, K, eps, BLOCK_K: tl.constexpr, CACHE: tl.constexpr):
+    # CACHE ".cg" reads past L1, for a row other SMs wrote; given at every call, because a
+    # constexpr string default did not compile (Triton 3.6).
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         cols = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + cols, mask=cols < K, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + cols, mask=cols < K, other=0.0, cache_modifier=CACHE)
+        x = x.to(tl.float32)
         squares += x * x
     return 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
 
@@ -172,9 +169,9 @@ def _prologue(
     if SCALE:
         scalar = tl.load(s_ptr).to(tl.float32)
     if PROLOGUE == 1:
-        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K)
+        rstd = _mean_square_rstd(x_ptr, K, eps, BLOCK_K, "")
     if PROLOGUE == 3 or PROLOGUE == 4:
-        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K)
+        branch_rstd = _mean_square_rstd(b_ptr, K, eps, BLOCK_K, "")
     if PROLOGUE == 4:
         squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
         for k0 in range(0, K, BLOCK_K):
