@@ -1,6 +1,6 @@
 """Block-shape sweep of the engine's int4 kernels over Gemma 4 E2B's projections (issue
 18): for each distinct shape, every configuration of a grid much wider than the lists the
-autotuner tries (`triton_int4.GEMV_INT4_CONFIGS`, `MATMUL_INT4_CONFIGS`) is launched
+autotuner tries (`int4_tuning.GEMV_INT4_CONFIGS`, `MATMUL_INT4_CONFIGS`) is launched
 directly, checked against dequantize-then-matmul and timed, beside bf16 cuBLAS and
 torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 
@@ -55,7 +55,14 @@ from triton.runtime._async_compile import AsyncCompileMode
 
 from benchmarks.gemv_h200 import SHAPES, _timed_graph
 from benchmarks.int4_h200 import GROUP, _tinygemm
-from engines.pytorch import dependent_launch, int4, kernels, triton_int4, triton_interpreter
+from engines.pytorch import (
+    dependent_launch,
+    int4,
+    int4_tuning,
+    kernels,
+    triton_int4,
+    triton_interpreter,
+)
 
 STREAM_BYTES = 64 << 20
 MAX_COPIES = 160
@@ -86,7 +93,7 @@ def _cfg(meta: dict[str, Any], warps: int, stages: int) -> triton.Config:
     return triton.Config(dict(meta), num_warps=warps, num_stages=stages)
 
 
-_label = triton_int4.config_label
+_label = int4_tuning.config_label
 
 
 def gemv_tiles() -> list[triton.Config]:
@@ -231,9 +238,9 @@ class Shape:
         meta = config.kwargs
         split = meta.get("SPLIT_K", 1)
         programs = -(-self.n_out // meta["BLOCK_N"]) * -(-self.rows // meta.get("BLOCK_M", 1))
-        if split > 1 and programs >= triton_int4.SPLIT_BELOW_PROGRAMS:
+        if split > 1 and programs >= int4_tuning.SPLIT_BELOW_PROGRAMS:
             return False
-        if meta.get("SCALE_WORDS") and not triton_int4.scale_words_fit(self.k, GROUP):
+        if meta.get("SCALE_WORDS") and not int4_tuning.scale_words_fit(self.k, GROUP):
             return False
         return meta["BLOCK_K"] <= self.k and self.k >= split * meta["BLOCK_K"]
 
@@ -294,26 +301,26 @@ def _compile(shapes: list[Shape], configs: Iterable[tuple[Shape, triton.Config]]
 def _list_configs(shape: Shape) -> list[triton.Config]:
     """The configurations the autotuner tries for this shape today."""
     if shape.rows == 1:
-        return triton_int4.GEMV_INT4_CONFIGS
+        return int4_tuning.GEMV_INT4_CONFIGS
     bucket = kernels.matmul_int4_bucket(shape.rows)
     named = {"N": shape.n, "K": shape.k, "M": shape.rows, "M_BUCKET": bucket}
-    return triton_int4._prune_splits(triton_int4.MATMUL_INT4_CONFIGS, named)
+    return int4_tuning.prune_splits(int4_tuning.MATMUL_INT4_CONFIGS, named)
 
 
 def pinned_key(shape: Shape) -> tuple[str, str]:
-    """(kernel, key) of a shape in a pinned table (`triton_int4.PINNED_PATH`)."""
+    """(kernel, key) of a shape in a pinned table (`int4_tuning.PINNED_PATH`)."""
     if shape.rows == 1:
-        key = triton_int4.gemv_key(shape.n_out, shape.k, shape.prologue, shape.epilogue, GROUP)
+        key = int4_tuning.gemv_key(shape.n_out, shape.k, shape.prologue, shape.epilogue, GROUP)
         return "gemv_int4", key
     bucket = kernels.matmul_int4_bucket(shape.rows)
-    return "matmul_int4", triton_int4.matmul_key(bucket, shape.n, shape.k, GROUP)
+    return "matmul_int4", int4_tuning.matmul_key(bucket, shape.n, shape.k, GROUP)
 
 
 def _pinned_config(shape: Shape) -> list[triton.Config]:
     """The shipped table's configuration for this shape on this GPU, if it has one."""
     if shape.dev.type != "cuda":
         return []
-    pinned = triton_int4._pinned(triton_int4._gpu_name(), *pinned_key(shape))
+    pinned = int4_tuning.pinned_config(int4_tuning.gpu_name(), *pinned_key(shape))
     return [] if pinned is None else [pinned]
 
 
@@ -493,7 +500,7 @@ def report(shapes: list[Shape], size: int) -> tuple[dict[str, Any], list[str]]:
 
 def pin(table_path: str, gpu: str, shapes: list[Shape]) -> int:
     """Writes each shape's best configuration into the engine's pinned table for `gpu`
-    (`triton_int4.PINNED_PATH`'s format; other GPUs and keys kept); returns how many."""
+    (`int4_tuning.PINNED_PATH`'s format; other GPUs and keys kept); returns how many."""
     path = Path(table_path)
     tables = json.loads(path.read_text()) if path.exists() else {}
     pinned = 0

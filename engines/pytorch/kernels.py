@@ -108,9 +108,9 @@ def _residual_counter(device: torch.device) -> torch.Tensor:
 
 
 def _split_partials(rows: int, n: int, device: torch.device) -> torch.Tensor:
-    from engines.pytorch import triton_int4
+    from engines.pytorch import int4_tuning
 
-    return torch.empty(triton_int4.MAX_SPLIT_K * rows * n, dtype=torch.float32, device=device)
+    return torch.empty(int4_tuning.MAX_SPLIT_K * rows * n, dtype=torch.float32, device=device)
 
 
 def _shape(weight: Weight) -> tuple[int, int]:

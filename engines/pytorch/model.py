@@ -176,7 +176,7 @@ def load_model(
     """Load `random:<name>`, a local folder, or a hub id; eval mode, on the device. A
     compressed-tensors W4A16 checkpoint loads as int4 (`checkpoint`); `quantize`
     "w4a16" quantizes a dense model at load. `int4_configs`: the int4 kernels' pinned
-    table to use instead of the shipped one (`triton_int4.use_pinned_tables`)."""
+    table to use instead of the shipped one (`int4_tuning.use_pinned_tables`)."""
     if quantize not in checkpoint.QUANTIZE_CHOICES:
         raise ValueError(f"--quantize: {quantize!r}; use one of {checkpoint.QUANTIZE_CHOICES}")
     dev = resolve_device(device)
@@ -207,10 +207,10 @@ def load_model(
         else:
             quant = checkpoint.quantize_model(model)
     if quant is not None and dev.type == "cuda":
-        from engines.pytorch import triton_int4
+        from engines.pytorch import int4_tuning
 
         # a bad table: one line now, not at the first launch
-        triton_int4.use_pinned_tables(int4_configs)
+        int4_tuning.use_pinned_tables(int4_configs)
     elif int4_configs is not None:
         log.info("--int4-configs %s: unused (no int4 weights on CUDA)", int4_configs)
     model.eval()

@@ -66,7 +66,7 @@ def test_a_layer_block_gives_each_module_its_own_products() -> None:
 
 
 def test_pairs_make_the_same_products(weight: tuple[torch.Tensor, torch.Tensor]) -> None:
-    from engines.pytorch import triton_int4
+    from engines.pytorch import int4_tuning, triton_int4
 
     packed, scale = weight
     tuner = triton_int4.matmul_int4
@@ -76,7 +76,7 @@ def test_pairs_make_the_same_products(weight: tuple[torch.Tensor, torch.Tensor])
             x = torch.randn(rows, packed.shape[1] * 8, device="cuda", dtype=scale.dtype)
             outputs = []
             for pairs in (False, True):
-                config = triton_int4.config_from_label(
+                config = int4_tuning.config_from_label(
                     f"block_m=16,block_n=64,block_k=128,split_k=1,pairs={int(pairs)},w=4,s=3"
                 )
                 tuner.configs, tuner.cache = [config], {}
@@ -87,11 +87,11 @@ def test_pairs_make_the_same_products(weight: tuple[torch.Tensor, torch.Tensor])
 
 
 def _with_config(tuner: object, label: str, launch: object) -> torch.Tensor:
-    from engines.pytorch import triton_int4
+    from engines.pytorch import int4_tuning
 
     saved = tuner.configs, dict(tuner.cache)  # type: ignore[attr-defined]
     try:
-        tuner.configs, tuner.cache = [triton_int4.config_from_label(label)], {}  # type: ignore[attr-defined]
+        tuner.configs, tuner.cache = [int4_tuning.config_from_label(label)], {}  # type: ignore[attr-defined]
         return launch()  # type: ignore[operator]
     finally:
         tuner.configs, tuner.cache = saved  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""The int4 kernels' pinned configurations (`triton_int4.PINNED_PATH`): the labels the
+"""The int4 kernels' pinned configurations (`int4_tuning.PINNED_PATH`): the labels the
 sweep writes read back as the same configurations, a pinned GPU gets its one
 configuration per shape (other GPUs and shapes the autotuner's list), the sweep's `pin`
 writes what the engine reads, and the constants of the values-in-pairs PTX give exactly
@@ -16,39 +16,39 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-from engines.pytorch import kernels, triton_int4  # noqa: E402
+from engines.pytorch import int4_tuning, kernels, triton_int4  # noqa: E402
 
-LISTS = [*triton_int4.GEMV_INT4_CONFIGS, *triton_int4.MATMUL_INT4_CONFIGS]
+LISTS = [*int4_tuning.GEMV_INT4_CONFIGS, *int4_tuning.MATMUL_INT4_CONFIGS]
 
 
-@pytest.mark.parametrize("config", LISTS, ids=triton_int4.config_label)
+@pytest.mark.parametrize("config", LISTS, ids=int4_tuning.config_label)
 def test_labels_read_back_as_the_same_configuration(config: Any) -> None:
-    again = triton_int4.config_from_label(triton_int4.config_label(config))
+    again = int4_tuning.config_from_label(int4_tuning.config_label(config))
     named = {
         key: value
         for key, value in config.kwargs.items()
-        if key not in triton_int4.OFF_UNLESS_NAMED or value
+        if key not in int4_tuning.OFF_UNLESS_NAMED or value
     }
     assert again.kwargs == named
     assert (again.num_warps, again.num_stages) == (config.num_warps, config.num_stages)
-    assert triton_int4.config_label(again) == triton_int4.config_label(config)
+    assert int4_tuning.config_label(again) == int4_tuning.config_label(config)
 
 
 def test_a_configuration_has_one_label() -> None:
     plain = "block_m=16,block_n=64,block_k=128,split_k=4,pairs=1,w=4,s=1"
     spelled = "block_m=16,block_n=64,block_k=128,split_k=4,pairs=1,prefetch=0,rows_first=0,w=4,s=1"
-    assert triton_int4.config_label(triton_int4.config_from_label(spelled)) == plain
+    assert int4_tuning.config_label(int4_tuning.config_from_label(spelled)) == plain
 
 
 def test_the_shipped_table_parses_and_keys_every_shape_once() -> None:
-    tables = json.loads(triton_int4.PINNED_PATH.read_text())
+    tables = json.loads(int4_tuning.PINNED_PATH.read_text())
     for kernels_of_gpu in tables.values():
         assert set(kernels_of_gpu) <= {"gemv_int4", "matmul_int4"}
         for entries in kernels_of_gpu.values():
             for key, label in entries.items():
                 assert len(key.split(",")) in (4, 5) and all(p.isdigit() for p in key.split(","))
-                triton_int4.config_from_label(label)
-    triton_int4.use_pinned_tables(None)
+                int4_tuning.config_from_label(label)
+    int4_tuning.use_pinned_tables(None)
 
 
 @pytest.mark.parametrize(
@@ -70,12 +70,12 @@ def test_a_bad_pinned_table_is_one_line_naming_the_entry(
 ) -> None:
     bad = tmp_path / "int4_configs.json"
     bad.write_text(text)
-    monkeypatch.setattr(triton_int4, "PINNED_PATH", bad)
+    monkeypatch.setattr(int4_tuning, "PINNED_PATH", bad)
     try:
-        with pytest.raises(triton_int4.PinnedTableError) as caught:
-            triton_int4.use_pinned_tables(None)
+        with pytest.raises(int4_tuning.PinnedTableError) as caught:
+            int4_tuning.use_pinned_tables(None)
     finally:
-        triton_int4._pinned_tables.cache_clear()
+        int4_tuning.pinned_tables.cache_clear()
     message = str(caught.value)
     assert "\n" not in message and message.startswith("int4_configs.json: ") and names in message
 
@@ -86,51 +86,51 @@ def test_a_chosen_table_pins_instead_of_the_shipped_one(
     label = "block_n=2,block_k=256,group_scales=0,w=2,s=2"
     chosen = tmp_path / "my-gpu.json"
     chosen.write_text(json.dumps({"GPU Y": {"gemv_int4": {"256,1536,0,0,32": label}}}))
-    monkeypatch.setattr(triton_int4, "_gpu_name", lambda: "GPU Y")
+    monkeypatch.setattr(int4_tuning, "gpu_name", lambda: "GPU Y")
     forms = {"PROLOGUE": 0, "EPILOGUE": 0, "GROUP": 32}
-    configs, shape = triton_int4.GEMV_INT4_CONFIGS, {"N": 256, "K": 1536}
+    configs, shape = int4_tuning.GEMV_INT4_CONFIGS, {"N": 256, "K": 1536}
     try:
-        triton_int4.use_pinned_tables(chosen)
-        (pinned,) = triton_int4._prune_gemv(configs, shape, **forms)
-        assert triton_int4.config_label(pinned) == label
+        int4_tuning.use_pinned_tables(chosen)
+        (pinned,) = int4_tuning.prune_gemv(configs, shape, **forms)
+        assert int4_tuning.config_label(pinned) == label
         # The file named in the one line when it cannot be read.
-        with pytest.raises(triton_int4.PinnedTableError, match=f"^{tmp_path}/gone.json: cannot"):
-            triton_int4.use_pinned_tables(tmp_path / "gone.json")
+        with pytest.raises(int4_tuning.PinnedTableError, match=f"^{tmp_path}/gone.json: cannot"):
+            int4_tuning.use_pinned_tables(tmp_path / "gone.json")
     finally:
-        triton_int4.use_pinned_tables(None)
+        int4_tuning.use_pinned_tables(None)
     # Back to the shipped table, which names no "GPU Y".
-    assert triton_int4._prune_gemv(configs, shape, **forms) == configs
+    assert int4_tuning.prune_gemv(configs, shape, **forms) == configs
 
 
 def test_a_pinned_gpu_gets_one_configuration_and_others_the_list(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    gpu = next(iter(json.loads(triton_int4.PINNED_PATH.read_text())))
-    table = json.loads(triton_int4.PINNED_PATH.read_text())[gpu]
+    gpu = next(iter(json.loads(int4_tuning.PINNED_PATH.read_text())))
+    table = json.loads(int4_tuning.PINNED_PATH.read_text())[gpu]
     key, label = next(iter(table["matmul_int4"].items()))
     bucket, n, k, group = (int(p) for p in key.split(","))
     named = {"M": bucket, "M_BUCKET": bucket, "N": n, "K": k}
-    configs = triton_int4.MATMUL_INT4_CONFIGS
-    monkeypatch.setattr(triton_int4, "_gpu_name", lambda: gpu)
-    (pinned,) = triton_int4._prune_matmul(configs, named, GROUP=group)
-    assert triton_int4.config_label(pinned) == label
+    configs = int4_tuning.MATMUL_INT4_CONFIGS
+    monkeypatch.setattr(int4_tuning, "gpu_name", lambda: gpu)
+    (pinned,) = int4_tuning.prune_matmul(configs, named, GROUP=group)
+    assert int4_tuning.config_label(pinned) == label
     gemv_key, gemv_label = next(iter(table["gemv_int4"].items()))
     n, k, prologue, epilogue, group = (int(p) for p in gemv_key.split(","))
     forms = {"PROLOGUE": prologue, "EPILOGUE": epilogue, "GROUP": group}
-    (pinned,) = triton_int4._prune_gemv(triton_int4.GEMV_INT4_CONFIGS, {"N": n, "K": k}, **forms)
-    assert triton_int4.config_label(pinned) == gemv_label
+    (pinned,) = int4_tuning.prune_gemv(int4_tuning.GEMV_INT4_CONFIGS, {"N": n, "K": k}, **forms)
+    assert int4_tuning.config_label(pinned) == gemv_label
     # A shape no table holds, and a GPU no table names: the list, pruned as before.
     unknown = named | {"N": n + 8}
-    assert triton_int4._prune_matmul(configs, unknown, GROUP=group) == (
-        triton_int4._prune_splits(configs, unknown)
+    assert int4_tuning.prune_matmul(configs, unknown, GROUP=group) == (
+        int4_tuning.prune_splits(configs, unknown)
     )
-    monkeypatch.setattr(triton_int4, "_gpu_name", lambda: "a GPU with no table")
-    assert triton_int4._prune_matmul(configs, named, GROUP=group) == (
-        triton_int4._prune_splits(configs, named)
+    monkeypatch.setattr(int4_tuning, "gpu_name", lambda: "a GPU with no table")
+    assert int4_tuning.prune_matmul(configs, named, GROUP=group) == (
+        int4_tuning.prune_splits(configs, named)
     )
-    assert triton_int4._prune_gemv(
-        triton_int4.GEMV_INT4_CONFIGS, {"N": n, "K": k}, **forms
-    ) == triton_int4.GEMV_INT4_CONFIGS
+    assert int4_tuning.prune_gemv(
+        int4_tuning.GEMV_INT4_CONFIGS, {"N": n, "K": k}, **forms
+    ) == int4_tuning.GEMV_INT4_CONFIGS
 
 
 def test_the_sweeps_pin_writes_what_the_engine_reads(tmp_path: Path) -> None:
@@ -153,10 +153,10 @@ def test_the_sweeps_pin_writes_what_the_engine_reads(tmp_path: Path) -> None:
     assert sweep.pin(str(table), "GPU X", [pair, few]) == 2  # type: ignore[list-item]
     written = json.loads(table.read_text())
     assert written["another GPU"] == {"gemv_int4": {"1,2,0,0,32": "kept"}}
-    gemv_key = triton_int4.gemv_key(256, 1536, kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, 32)
+    gemv_key = int4_tuning.gemv_key(256, 1536, kernels.RMS_NORM_AFTER, kernels.GELU_PAIR, 32)
     assert written["GPU X"]["gemv_int4"] == {gemv_key: fast}
-    matmul_key = triton_int4.matmul_key(16, 1536, 6144, 32)
-    assert triton_int4.config_from_label(written["GPU X"]["matmul_int4"][matmul_key]).kwargs[
+    matmul_key = int4_tuning.matmul_key(16, 1536, 6144, 32)
+    assert int4_tuning.config_from_label(written["GPU X"]["matmul_int4"][matmul_key]).kwargs[
         "PAIRS"
     ]
 

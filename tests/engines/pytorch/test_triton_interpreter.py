@@ -120,7 +120,7 @@ def _program_checks(out: dict[str, dict[str, Any]]) -> None:
     how the program wires the kernels, to summation order (bf16 on a GPU: `test_kernels`)."""
     import torch
 
-    from engines.pytorch import kernels, triton_int4, triton_kernels
+    from engines.pytorch import int4_tuning, kernels, triton_int4, triton_kernels
     from engines.pytorch.model import load_model
     from engines.pytorch.runner import ModelRunner
 
@@ -128,7 +128,7 @@ def _program_checks(out: dict[str, dict[str, Any]]) -> None:
     # configuration each (the autotuner needs a GPU to time its candidates).
     kernels._use_kernel = lambda fused, x, weight: fused and x.shape[0] == 1  # type: ignore[assignment]
     triton_kernels.gemv.configs = [triton_kernels.GEMV_CONFIGS[4]]
-    triton_int4.gemv_int4.configs = [triton_int4.GEMV_INT4_CONFIGS[1]]
+    triton_int4.gemv_int4.configs = [int4_tuning.GEMV_INT4_CONFIGS[1]]
     prompt = [257, *range(40, 70)]  # past tiny-gemma4's 16-token sliding window
     for quantize in ("none", "w4a16"):
 
@@ -253,14 +253,14 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
     import torch
     import triton
 
-    from engines.pytorch import int4, kernels, triton_int4
+    from engines.pytorch import int4, int4_tuning, kernels, triton_int4
 
     n, k = 96, 512
     x, b, nw, m = rand(1, k, scale=3.0), rand(1, k), rand(k), rand(1, n)
     weights = {g: int4.quantize(rand(n, k, scale=k**-0.5), g) for g in (32, 128)}
     # Every configuration once, the two group sizes in turn (the interpreter is slow).
     tuner = triton_int4.gemv_int4
-    for i, config in enumerate(triton_int4.GEMV_INT4_CONFIGS):
+    for i, config in enumerate(int4_tuning.GEMV_INT4_CONFIGS):
         group = (32, 128)[i % 2]
         w = weights[group]
 
@@ -298,12 +298,12 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
     # and scales read two to a 32-bit word (`SCALE_WORDS`) where a chunk spans two groups
     # of 128 and four of 32
     scale_words = [
-        triton_int4.config_from_label(
+        int4_tuning.config_from_label(
             f"block_m=16,block_n=32,block_k={tile},scale_words=1,w=4,s={stages}"
         )
         for tile, stages in (("256,split_k=1", 3), ("128,split_k=2,prefetch=1", 1))
     ]
-    configs = [(c, (32, 128)[i % 2]) for i, c in enumerate(triton_int4.MATMUL_INT4_CONFIGS)]
+    configs = [(c, (32, 128)[i % 2]) for i, c in enumerate(int4_tuning.MATMUL_INT4_CONFIGS)]
     configs += [(rows_first, 32), (scale_words[0], 128), (scale_words[1], 32)]
     for config, group in configs:
         w16 = (weights[group][0], weights[group][1].to(torch.float16))
@@ -356,12 +356,12 @@ def test_tuned_configs_lists_the_autotuners_choices() -> None:
 
 
 def test_tuned_configs_lists_the_int4_kernels_choices() -> None:
-    from engines.pytorch import kernels, triton_int4
+    from engines.pytorch import int4_tuning, kernels, triton_int4
 
     tuner = triton_int4.matmul_int4
     saved = dict(tuner.cache)
     try:
-        split4 = next(c for c in triton_int4.MATMUL_INT4_CONFIGS if c.kwargs["SPLIT_K"] == 4)
+        split4 = next(c for c in int4_tuning.MATMUL_INT4_CONFIGS if c.kwargs["SPLIT_K"] == 4)
         tuner.cache[(64, 1536, 12288, 32)] = split4
         chosen = kernels.tuned_configs()
     finally:
@@ -371,10 +371,10 @@ def test_tuned_configs_lists_the_int4_kernels_choices() -> None:
 
 
 def test_splits_are_offered_only_where_row_blocks_leave_sms_idle() -> None:
-    from engines.pytorch import triton_int4
+    from engines.pytorch import int4_tuning
 
     def splits(**args: int) -> set[int]:
-        kept = triton_int4._prune_splits(triton_int4.MATMUL_INT4_CONFIGS, args | {"M": 8})
+        kept = int4_tuning.prune_splits(int4_tuning.MATMUL_INT4_CONFIGS, args | {"M": 8})
         return {c.kwargs["SPLIT_K"] for c in kept}
 
     # Down (1,536 outputs of 12,288 inputs): 24 tiles of 64 outputs; the LM head: thousands.
@@ -389,13 +389,13 @@ def test_splits_are_offered_only_where_row_blocks_leave_sms_idle() -> None:
 def test_scales_are_read_as_words_only_where_rows_start_on_one() -> None:
     import triton
 
-    from engines.pytorch import triton_int4
+    from engines.pytorch import int4_tuning
 
     words = triton.Config({"BLOCK_K": 128, "SPLIT_K": 1, "SCALE_WORDS": True}, 4, 3)
     one_by_one = triton.Config({"BLOCK_K": 128, "SPLIT_K": 1}, 4, 3)
 
     def flags(k: int, group: int) -> list[bool]:
-        kept = triton_int4._prune_scale_words([words, one_by_one], k, group)
+        kept = int4_tuning.prune_scale_words([words, one_by_one], k, group)
         return [bool(c.kwargs.get("SCALE_WORDS")) for c in kept]
 
     assert flags(1536, 32) == [True, False]  # 48 groups a row

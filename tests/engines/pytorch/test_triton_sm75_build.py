@@ -13,7 +13,7 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from engines.pytorch import kernels, triton_int4  # noqa: E402
+from engines.pytorch import int4_tuning, kernels, triton_int4  # noqa: E402
 from tests.engines.pytorch.triton_builds import build_matmul_int4  # noqa: E402
 
 T4 = GPUTarget("cuda", 75, 32)
@@ -27,7 +27,7 @@ def _signature(fn: object, count: int, ints: tuple[str, ...]) -> dict[str, str]:
     return {name: kinds.get(name, "*fp16") for name in names}
 
 
-@pytest.mark.parametrize("config", triton_int4.GEMV_INT4_CONFIGS, ids=str)
+@pytest.mark.parametrize("config", int4_tuning.GEMV_INT4_CONFIGS, ids=str)
 def test_gemv_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
     signature = _signature(triton_int4.gemv_int4.fn, 14, ("N", "K"))
     # The heaviest forms: norm scaled after + gate/up pair, residual + GELU times, and
@@ -49,7 +49,7 @@ def test_gemv_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
         assert compiled.metadata.shared <= T4_SHARED_BYTES
 
 
-@pytest.mark.parametrize("config", triton_int4.MATMUL_INT4_CONFIGS, ids=str)
+@pytest.mark.parametrize("config", int4_tuning.MATMUL_INT4_CONFIGS, ids=str)
 def test_matmul_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
     compiled = build_matmul_int4(config, T4, "fp16")
     assert compiled.metadata.shared <= T4_SHARED_BYTES

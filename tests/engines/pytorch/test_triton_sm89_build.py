@@ -13,14 +13,14 @@ triton = pytest.importorskip("triton")
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from engines.pytorch import triton_int4  # noqa: E402
+from engines.pytorch import int4_tuning, triton_int4  # noqa: E402
 from tests.engines.pytorch.triton_builds import build_matmul_int4  # noqa: E402
 
 L4 = GPUTarget("cuda", 89, 32)
 L4_SHARED_BYTES = 99 << 10  # per block
 
 
-@pytest.mark.parametrize("config", triton_int4.MATMUL_INT4_CONFIGS, ids=str)
+@pytest.mark.parametrize("config", int4_tuning.MATMUL_INT4_CONFIGS, ids=str)
 def test_matmul_int4_builds_for_sm89_in_bfloat16(config: triton.Config) -> None:
     compiled = build_matmul_int4(config, L4, "bf16")
     ptx = compiled.asm["ptx"]

@@ -152,9 +152,9 @@ def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int, prefetch: b
 def _pinned_matmul_configs() -> list[str]:
     import json
 
-    from engines.pytorch import triton_int4
+    from engines.pytorch import int4_tuning
 
-    tables = json.loads(triton_int4.PINNED_PATH.read_text())
+    tables = json.loads(int4_tuning.PINNED_PATH.read_text())
     return sorted(
         {label for gpu in tables.values() for label in gpu.get("matmul_int4", {}).values()}
     )
@@ -162,10 +162,10 @@ def _pinned_matmul_configs() -> list[str]:
 
 @pytest.mark.parametrize("label", _pinned_matmul_configs())
 def test_pinned_int4_configurations_build_for_sm90(label: str) -> None:
-    from engines.pytorch import triton_int4
+    from engines.pytorch import int4_tuning
     from tests.engines.pytorch.triton_builds import build_matmul_int4
 
-    config = triton_int4.config_from_label(label)
+    config = int4_tuning.config_from_label(label)
     ptx = build_matmul_int4(config, H200, "bf16").asm["ptx"]
     assert "wgmma" in ptx or "mma.sync" in ptx  # 32-output tiles: mma.sync (wgmma is 64)
     assert ("fma.rn.bf16x2" in ptx) == bool(config.kwargs.get("PAIRS"))
