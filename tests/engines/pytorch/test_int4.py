@@ -233,6 +233,25 @@ def test_consecutive_weights_of_a_block_are_one_view() -> None:
     assert int4_blocks.joined([mlp.gate_proj, mlp.up_proj, mlp.down_proj]) is None
 
 
+def test_weights_that_are_not_a_run_of_a_block_merge_by_copy() -> None:
+    """The decode program's merge of weights outside one run of a block (out of order
+    here) copies their rows into one matrix; each module then reads its rows from it and
+    no longer from the block, whose one dequantize would not cover them."""
+    from engines.pytorch.programs import _merge_linears
+
+    model = load_model("random:tiny-gemma4", device="cpu").model
+    checkpoint.quantize_model(model, GROUP, int4_modules=True)
+    attn = model.get_decoder().layers[0].self_attn
+    order = [attn.v_proj, attn.q_proj]
+    want = [(m.packed.clone(), m.scale.clone()) for m in order]
+    packed, scale = _merge_linears(order)
+    assert torch.equal(packed, torch.cat([p for p, _ in want]))
+    assert torch.equal(scale, torch.cat([s for _, s in want]))
+    for m, (p, s) in zip(order, want, strict=True):
+        assert m.block is None and torch.equal(m.packed, p) and torch.equal(m.scale, s)
+        assert m.packed.untyped_storage().data_ptr() == packed.untyped_storage().data_ptr()
+
+
 def _run_quantize(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "engines.pytorch.quantize", *argv],
