@@ -7,12 +7,12 @@ engine it reads. Pages are parsed with `prometheus_client`'s parser; series of o
 summed over their labels (ranks, engines), except acceptance per draft position, which is
 kept per position.
 
-`ServerMetricsPoller` reads the page every `interval_s` (0.5 s) on its own thread, hands
-each reading to a sink (telemetry rows) and keeps the latest; `polling` is how every job
-(probe, sweep, eval; campaign or standalone) runs one, its rows tagged with the job's id. A
-server without the endpoint, or one that stops answering, costs one log line, no failure.
-Counter deltas between two readings (`delta`) give a cell's prefix-cache hits and a
-drafter's acceptance.
+`ServerMetricsPoller` reads the page every `interval_s` (0.5 s) on its own thread, and
+once more when stopped, hands each reading to a sink (telemetry rows) and keeps the
+latest; `polling` is how every job (probe, sweep, eval; campaign or standalone) runs one,
+its rows tagged with the job's id. A server without the endpoint, or one that stops
+answering, costs one log line, no failure. Counter deltas between two readings (`delta`)
+give a cell's prefix-cache hits and a drafter's acceptance.
 """
 
 from __future__ import annotations
@@ -323,17 +323,24 @@ class ServerMetricsPoller:
         with httpx.Client(timeout=_TIMEOUT_S, headers=self._headers, trust_env=False) as http:
             next_at = time.perf_counter()
             while not self._stop.is_set():
-                reading = self._read(http)
-                if reading is not None and self._sink is not None:
-                    try:
-                        self._sink(reading)
-                    except Exception:  # a sink's failure must never end the run
-                        log.debug("server metrics: sink failed", exc_info=True)
+                self._take(http)
                 self.cpu_s = time.thread_time() - cpu0
                 next_at += self.interval_s
                 self._stop.wait(max(0.0, next_at - time.perf_counter()))
                 if time.perf_counter() > next_at + self.interval_s:
                     next_at = time.perf_counter()  # fell behind: skip, do not burst
+            # The server at the job's end: a job shorter than the thread's start (a
+            # one-request probe on a busy host) still has a reading.
+            self._take(http)
+            self.cpu_s = time.thread_time() - cpu0
+
+    def _take(self, http: httpx.Client) -> None:
+        reading = self._read(http)
+        if reading is not None and self._sink is not None:
+            try:
+                self._sink(reading)
+            except Exception:  # a sink's failure must never end the run
+                log.debug("server metrics: sink failed", exc_info=True)
 
 
 @contextlib.contextmanager

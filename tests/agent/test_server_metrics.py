@@ -135,6 +135,19 @@ def test_llamacpp_live_metrics_and_a_clean_sweep_cell(llama_server_url: str, tmp
     assert poller.cpu_s >= 0
 
 
+def test_a_job_stopped_before_the_first_poll_still_has_the_servers_reading(
+    llama_server_url: str,
+) -> None:
+    """Stopped before its thread ran (a job shorter than that, on a busy host), the poller
+    still reads the server once, at the end."""
+    readings = []
+    poller = ServerMetricsPoller(llama_server_url, sink=readings.append, interval_s=60)
+    poller._stop.set()
+    poller.start()
+    poller.stop()
+    assert len(readings) == 1 and "requests_running" in readings[0].values
+
+
 def test_standalone_probe_and_eval_poll_the_server_too(llama_server_url: str, tmp_path: Path):
     probe = bench(
         "probe", llama_server_url, "--output-tokens", "8", "--repeats", "1", "--at-once", "2",
