@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -58,7 +58,7 @@ class Int4Block:
     scale: torch.Tensor
     group: int
     row: int
-    slot: DenseSlot = field(default_factory=DenseSlot)
+    slot: DenseSlot  # shared by every block of the model
 
     def dense(self, dtype: torch.dtype) -> torch.Tensor:
         """Every value of the block as q * scale in `dtype`, flat: dequantized in one
