@@ -1,11 +1,11 @@
 """Where a served decode step's time goes: the PyTorch engine's server, with its shipped
-defaults plus each variant's flags, profiles a window of its decode steps at one request
-(`--profile-dir`), and this reads the trace back per CUDA-graph launch (one model step):
-kernels a step, the step's span on the device and how much of it no kernel covers, and
-its busy time split along the chain of kernels, by kind (products, attention, compiled
-elementwise, ...) and by kernel and launch grid (which tells one product's shape from
-another), beside the unprofiled step time from the server's own /metrics over a second
-request.
+defaults plus each variant's flags, profiles a window of its decode steps
+(`--profile-dir`) at `--requests` concurrent requests (one by default), and this reads
+the trace back per CUDA-graph launch (one model step): kernels a step, the step's span on
+the device and how much of it no kernel covers, and its busy time split along the chain
+of kernels, by kind (products, attention, compiled elementwise, ...) and by kernel and
+launch grid (which tells one product's shape from another), beside the unprofiled step
+time from the server's own /metrics over a second round of requests.
 
 Why a script and not the profiler's own table: under dependent launch a kernel starts
 while the one before it runs and waits for it, so its duration counts that wait, and the
@@ -25,6 +25,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -208,8 +209,19 @@ def _complete(client: httpx.Client, base_url: str, model: str, tokens: int) -> d
     return reply.json()
 
 
+def _complete_all(
+    client: httpx.Client, base_url: str, model: str, tokens: int, requests: int
+) -> dict[str, Any]:
+    """`requests` completions at once (a decode batch of that many); the first's reply."""
+    with ThreadPoolExecutor(requests) as pool:
+        replies = list(
+            pool.map(lambda _: _complete(client, base_url, model, tokens), range(requests))
+        )
+    return replies[0]
+
+
 def profile_variant(
-    out: Path, name: str, flags: Sequence[str], steps: int, model: str = MODEL
+    out: Path, name: str, flags: Sequence[str], steps: int, model: str = MODEL, requests: int = 1
 ) -> dict[str, Any]:
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
@@ -219,7 +231,7 @@ def profile_variant(
         "--port", str(port), "--profile-dir", str(profile_dir),
         "--profile-decode-steps", str(steps), *flags,
     ]  # fmt: skip
-    result: dict[str, Any] = {"flags": list(flags)}
+    result: dict[str, Any] = {"flags": list(flags), "requests": requests}
     with (
         EngineServer("pytorch", argv, log_path=out / f"{name}-server.log", port=port,
                      cwd=REPO_ROOT) as srv,
@@ -227,13 +239,13 @@ def profile_variant(
     ):  # fmt: skip
         result["health_s"] = srv.wait_healthy(f"{base_url}/health", 420)
         # The window opens at decode step 64 of the server's life and lasts `steps`.
-        _complete(client, base_url, model, 64 + steps + 32)
+        _complete_all(client, base_url, model, 64 + steps + 32, requests)
         trace_path = profile_dir / TRACE_FILE
         deadline = time.monotonic() + 60
         while not trace_path.exists() and time.monotonic() < deadline:
             time.sleep(0.5)
         before = scrape(base_url)
-        reply = _complete(client, base_url, model, 256)
+        reply = _complete_all(client, base_url, model, 256, requests)
         after = scrape(base_url)
         result["unprofiled_step_ms"] = _mean_ms(
             after, before, "step_seconds_sum:decode", "step_seconds_count:decode"
@@ -286,6 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--steps", type=int, default=16, help="decode steps to profile")
     parser.add_argument("--model", default=MODEL)
+    parser.add_argument("--requests", type=int, default=1, help="concurrent requests (batch)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, Any]] = {}
@@ -293,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         name, _, flags = spec.partition("=")
         try:
             results[name] = profile_variant(
-                args.out, name, shlex.split(flags), args.steps, args.model
+                args.out, name, shlex.split(flags), args.steps, args.model, args.requests
             )
         except Exception as exc:  # a variant that fails must not lose the others
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}

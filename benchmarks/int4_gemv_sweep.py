@@ -4,8 +4,9 @@ autotuner tries (`int4_tuning.GEMV_INT4_CONFIGS`, `MATMUL_INT4_CONFIGS`) is laun
 directly, checked against dequantize-then-matmul and timed, beside bf16 cuBLAS and
 torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 
-- one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then one scale
-  per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
+- one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then chunks up to
+  the whole row with up to 64 words a thread (`long_chunks`, also when focused); then
+  one scale per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
   the best configurations (split-K 2-16 was tried too, at commit aa41ba2, and never won
   at one row: the kernel no longer has it). Each shape runs in its decode program's form
   (`NORMED`, `PAIRED`, `GATED`), with dependent launch where the GPU has it;
@@ -96,15 +97,36 @@ def _cfg(meta: dict[str, Any], warps: int, stages: int) -> triton.Config:
 _label = int4_tuning.config_label
 
 
+def _words_a_thread(block_n: int, block_k: int, warps: int, paired: bool = False) -> float:
+    # The int32 words of weights each thread of a `gemv_int4` program holds a chunk (a
+    # gate/up pair holds a gate and an up row an output).
+    return block_n * (2 if paired else 1) * block_k / 8 / (32 * warps)
+
+
 def gemv_tiles() -> list[triton.Config]:
     """Phase 1 at one row: tiles x warps, a scale per word, no split, two stages; pruned
     to 1-16 int32 words a thread (fewer leaves threads idle, more spills)."""
     out = []
     for bn, bk, w in itertools.product((1, 2, 4, 8, 16, 32), (256, 512, 1024, 2048), (2, 4, 8)):
-        words_a_thread = bn * bk / 8 / (32 * w)
-        if 1 <= words_a_thread <= 16:
+        if 1 <= _words_a_thread(bn, bk, w) <= 16:
             meta = {"BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SCALES": False}
             out.append(_cfg(meta, w, 2))
+    return out
+
+
+def long_chunks(shape: Shape) -> list[triton.Config]:
+    """One row: chunks up to the whole row (a masked chunk of the next power of two at
+    or above K), with up to 64 int32 words a thread: what `gemv_tiles` leaves out. A
+    program's first chunk is loaded before it waits on the kernel before it (dependent
+    launch), so a longer one streams more of the weight while that kernel runs."""
+    whole = 1 << (shape.k - 1).bit_length()
+    out = []
+    for bn, bk, w, gs in itertools.product(
+        (1, 2, 4, 8, 16), (1024, 2048, 4096, 8192, 16384), (4, 8), (False, True)
+    ):
+        words_a_thread = _words_a_thread(bn, bk, w, shape.paired)
+        if bk <= whole and 1 <= words_a_thread <= 64 and (words_a_thread > 16 or bk > shape.k):
+            out.append(_cfg({"BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SCALES": gs}, w, 1))
     return out
 
 
@@ -242,6 +264,8 @@ class Shape:
             return False
         if meta.get("SCALE_WORDS") and not int4_tuning.scale_words_fit(self.k, GROUP):
             return False
+        if self.rows == 1:  # one chunk may cover the whole row, masked past K
+            return meta["BLOCK_K"] < 2 * self.k
         return meta["BLOCK_K"] <= self.k and self.k >= split * meta["BLOCK_K"]
 
     def time(self, config: triton.Config) -> dict[str, Any]:
@@ -365,6 +389,8 @@ def sweep(
             listed = [_with(c, PAIRS=False) for c in listed]
         plan += [(shape, c) for c in [*listed, *tiles]]
     run(plan, "tiles")
+    if shapes[0].rows == 1 and not few:
+        run([(s, c) for s in shapes for c in long_chunks(s)], "long chunks")
     # A focused sweep skips the group scales, pairs and splits phases.
     if shapes[0].rows == 1 and not focused:
         top = 1 if few else 6
@@ -405,7 +431,7 @@ def sweep(
     plan = [(s, _with(c, PREFETCH=True)) for s in shapes for c in best(s, top)]
     run(plan, "prefetch")
     top = 1 if few else 3
-    plan = [(s, _with(c, num_stages=n)) for s in shapes for c in best(s, top) for n in (1, 3, 4)]
+    plan = [(s, _with(c, num_stages=n)) for s in shapes for c in best(s, top) for n in (1, 2, 3, 4)]
     run(plan, "stages")
 
 

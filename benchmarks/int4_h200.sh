@@ -8,8 +8,9 @@
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
 #           HTTP, 128 in / 512 out at 1, 8 and 64 requests, shipped server defaults) for
 #           bf16 and for --quantize w4a16;
-#   profile: the served step at one request, bf16 and int4, profiled and split along
-#           its chain of kernels (`benchmarks.decode_profile`; about 5 minutes);
+#   profile: the served step at REQUESTS concurrent requests (default 1), bf16 and
+#           int4, profiled and split along its chain of kernels
+#           (`benchmarks.decode_profile`; about 5 minutes, 6.5 at REQUESTS=64);
 #   profile-tables: the int4 step profiled twice in one run, with the shipped table and
 #           with TABLE (a pinned table kept elsewhere, e.g. `git show REV:engines/pytorch/
 #           int4_configs.json > old.json`, carried as an untracked file), which separates
@@ -144,7 +145,7 @@ steps)
   ;;
 profile)
   timeout "${TMO:-560}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
-    --variant bf16= --variant int4="--quantize w4a16" > "$OUT/dp.log" 2>&1
+    --requests "${REQUESTS:-1}" --variant bf16= --variant int4="--quantize w4a16" > "$OUT/dp.log" 2>&1
   echo "decode profile exit: $?"
   tail -8 "$OUT/dp.log"
   ;;

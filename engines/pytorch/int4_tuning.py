@@ -2,7 +2,7 @@
 the pinned tables, and the prunes that pick between them.
 
 The configuration lists are `benchmarks/int4_gemv_sweep.py`'s suggestions at 1 row (records:
-`benchmarks/records/2026-12-02-h200-int4-rows-first.md`) and at 8 and 64 rows
+`benchmarks/records/2026-12-03-h200-int4-long-chunks.md`) and at 8 and 64 rows
 (`2026-12-02-h200-int4-scale-words.md`): short, since the
 autotuner times every entry at each new shape while the server captures its graphs
 (`prune_splits` drops row tiles past a bucket's rows, so 2-16 rows see only the 16-row
@@ -209,19 +209,19 @@ GEMV_INT4_CONFIGS = [
         num_warps=w,
         num_stages=s,
     )
-    # the focused sweep's suggestion at one row (`-int4-rows-first-sweep.json`)
+    # the focused sweep's suggestion at one row with chunks up to the whole row
+    # (`2026-12-03-h200-int4-long-chunks-sweep.json`)
     for bn, bk, gs, pf, w, s in (
         (4, 256, False, False, 2, 2),
-        (16, 512, True, True, 4, 2),
-        (8, 2048, False, True, 8, 4),
-        (16, 1024, False, True, 8, 3),
-        (16, 512, True, False, 2, 4),
-        (8, 2048, False, False, 8, 4),
-        (4, 2048, True, True, 4, 4),
-        (16, 1024, True, False, 4, 3),
+        (16, 2048, True, False, 4, 1),
+        (16, 512, True, True, 4, 3),
+        (4, 8192, True, False, 4, 1),
+        (16, 2048, True, False, 8, 1),
+        (16, 512, True, True, 2, 1),
+        (8, 4096, True, True, 4, 1),
+        (8, 2048, True, False, 4, 3),
     )
 ]
-
 
 
 MATMUL_INT4_CONFIGS = [

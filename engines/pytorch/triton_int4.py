@@ -31,7 +31,7 @@ splits only where the tiles alone leave SMs idle). Each writes its float32 parti
 a tile's programs to finish (a counter, atomically) adds them in split order and resets
 the counter for the next launch: one launch, and the same sums in the same order on
 every run, so greedy text repeats. At one row no split won on any E2B shape in
-`benchmarks/int4_gemv_sweep.py` (narrow rows of whole 2,048-input chunks fill the SMs
+`benchmarks/int4_gemv_sweep.py` (narrow rows of long chunks, up to whole rows, fill the SMs
 instead), so `gemv_int4` has none.
 
 Which configuration each runs (the autotuner's lists, the pinned tables) is

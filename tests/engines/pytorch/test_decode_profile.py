@@ -72,12 +72,13 @@ def test_the_script_profiles_a_server_on_the_cpu(tmp_path: Path) -> None:
     out = tmp_path / "out"
     cmd = [
         sys.executable, "-m", "benchmarks.decode_profile", str(out), "--model",
-        "random:tiny-gemma4", "--variant", "cpu=--device cpu", "--steps", "2",
+        "random:tiny-gemma4", "--variant", "cpu=--device cpu", "--steps", "2", "--requests", "2",
     ]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "decode-profile.json").read_text())["cpu"]
     assert "error" not in result, result
+    assert result["requests"] == 2
     assert result["unprofiled_step_ms"] > 0
     assert result["profile"]["steps"] == 0  # no CUDA graphs on the CPU
     assert (out / "cpu" / "decode-profile.txt").exists()

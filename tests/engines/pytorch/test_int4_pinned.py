@@ -161,6 +161,28 @@ def test_the_sweeps_pin_writes_what_the_engine_reads(tmp_path: Path) -> None:
     ]
 
 
+def test_the_sweeps_long_chunks_reach_the_whole_row_and_no_further() -> None:
+    """At one row a chunk may cover the whole row (one masked chunk of the next power of
+    two), never two rows' worth, within 64 words a thread; the sweep's fit agrees."""
+    from benchmarks import int4_gemv_sweep as sweep
+
+    down = SimpleNamespace(k=12288, paired=False, rows=1, n_out=1536)
+    chunks = sweep.long_chunks(down)  # type: ignore[arg-type]
+    assert {c.kwargs["BLOCK_K"] for c in chunks} == {2048, 4096, 8192, 16384}
+    for c in chunks:
+        words = c.kwargs["BLOCK_N"] * c.kwargs["BLOCK_K"] / 8 / (32 * c.num_warps)
+        assert words <= 64 and (words > 16 or c.kwargs["BLOCK_K"] > down.k)
+        assert sweep.Shape.fits(down, c)  # type: ignore[arg-type]
+    qkv = SimpleNamespace(k=1536, paired=False)
+    assert max(c.kwargs["BLOCK_K"] for c in sweep.long_chunks(qkv)) == 2048  # type: ignore[arg-type]
+    # The pairs stream a gate and an up row a row: half the outputs a tile.
+    pair = SimpleNamespace(k=1536, paired=True)
+    assert all(
+        c.kwargs["BLOCK_N"] * 2 * c.kwargs["BLOCK_K"] / 8 / (32 * c.num_warps) <= 64
+        for c in sweep.long_chunks(pair)  # type: ignore[arg-type]
+    )
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_pair_constants_give_q_times_scale_rounded_once(dtype: torch.dtype) -> None:
     base, one, minus, _fma = triton_int4.PAIR_FORMS[str(dtype).removeprefix("torch.")]
