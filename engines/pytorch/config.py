@@ -31,6 +31,8 @@ class EngineConfig:
     gemv_kernel: str = "auto"  # batch-1 projections of the decode program (auto: triton on CUDA)
     attention_form: str = "kernel"  # decode program attention: kernel (batch 1), matmul, reduction
     dependent_launch: str = "auto"  # batch-1 Triton kernels as PDL dependents (auto: sm_90+)
+    int4_l2_prefetch: str = "off"  # where each layer asks L2 for its int4 weights
+    int4_l2_prefetch_mb: float = 24.0
     compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
     async_decode: str = "on"  # queue step n+1 before reading step n (batched decode only)
@@ -209,6 +211,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="launch the batch-1 Triton kernels as programmatic dependents of the kernel "
         "before them, so each fetches its first weights while that one drains "
         "(engines.pytorch.dependent_launch; auto: on where the GPU has it, sm_90 and later)",
+    )
+    p.add_argument(
+        "--int4-l2-prefetch",
+        choices=("off", "layer", "attention"),
+        default=EngineConfig.int4_l2_prefetch,
+        help="decode program, int4 weights in layer blocks, sm_90 and later: each layer asks "
+        "the L2 cache for its weights, at its start or after attention, so its products "
+        "read L2 (engines.pytorch.l2_prefetch)",
+    )
+    p.add_argument(
+        "--int4-l2-prefetch-mb",
+        type=float,
+        default=EngineConfig.int4_l2_prefetch_mb,
+        help="MB of its int4 weights each layer asks L2 for at most",
     )
     p.add_argument(
         "--compile-mode",

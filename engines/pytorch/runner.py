@@ -191,6 +191,8 @@ class ModelRunner:
         gemv_epilogues: bool = True,
         compile_without_program: bool = True,
         dependent_launch: bool = True,
+        l2_prefetch: str = "off",
+        l2_prefetch_mb: float = 24.0,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -236,7 +238,12 @@ class ModelRunner:
         self.program = None
         if decode_program and batched_decode:
             options = ProgramOptions(
-                compile_mode, triton_gemv, attention_form, gemv_epilogues=gemv_epilogues
+                compile_mode,
+                triton_gemv,
+                attention_form,
+                gemv_epilogues=gemv_epilogues,
+                l2_prefetch=l2_prefetch,
+                l2_prefetch_mb=l2_prefetch_mb,
             )
             self.program = program_for(self.model, self.cache, loaded.max_model_len, options)
         if compile_mode is not None and self.program is None and compile_without_program:

@@ -280,6 +280,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     p.add_argument("--dependent-launch", choices=("auto", "off"), default="auto")
     p.add_argument(
+        "--int4-l2-prefetch",
+        choices=("off", "layer", "attention"),
+        default="off",
+        help="where each layer asks L2 for its int4 weights (engines.pytorch.l2_prefetch)",
+    )
+    p.add_argument("--int4-l2-prefetch-mb", type=float, default=24.0)
+    p.add_argument(
         "--check-tokens",
         type=int,
         default=0,
@@ -330,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         attention_form=args.attention_form,
         gemv_epilogues=args.gemv_fusion == "epilogue",
         dependent_launch=args.dependent_launch == "auto",
+        l2_prefetch=args.int4_l2_prefetch,
+        l2_prefetch_mb=args.int4_l2_prefetch_mb,
     )
     result: dict[str, Any] = {
         "model": args.model,
@@ -343,6 +352,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "cuda_graphs": args.cuda_graphs,
         "fused_norms": args.fused_norms,
         "compile_mode": args.compile_mode,
+        "int4_l2_prefetch": f"{args.int4_l2_prefetch} {args.int4_l2_prefetch_mb} MB",
         "decode_program": runner.program is not None,
         "triton_gemv": args.triton_gemv,
         "attention_form": args.attention_form,

@@ -93,6 +93,20 @@ def test_attention_kernels_build_for_sm90(head_dim: int, block_l: int) -> None:
     assert "griddepcontrol.wait" in triton.compile(source, target=H200, options=PDL).asm["ptx"]
 
 
+def test_the_l2_prefetch_asks_before_it_waits() -> None:
+    from engines.pytorch import triton_prefetch
+
+    signature = {"x_ptr": "*bf16", "y_ptr": "*bf16", "numel": "i32", "words_ptr": "*i32"}
+    signature |= {"words_bytes": "i64", "scales_ptr": "*bf16", "scales_bytes": "i64"}
+    constants = {"PIECE": 16384, "BLOCK": 1024, "PDL": True}
+    signature |= dict.fromkeys(constants, "constexpr")
+    source = ASTSource(fn=triton_prefetch.prefetch_l2, signature=signature, constexprs=constants)
+    ptx = triton.compile(source, target=H200, options={**PDL, "num_warps": 1}).asm["ptx"]
+    asks = ptx.find("cp.async.bulk.prefetch.L2.global")
+    assert ptx.count("cp.async.bulk.prefetch.L2.global") == 2  # words, then scales
+    assert 0 <= asks < ptx.find("griddepcontrol.wait")
+
+
 def _int4_signature(names: tuple[str, ...], ints: tuple[str, ...]) -> dict[str, str]:
     signature = {name: "*bf16" for name in names}
     signature |= {"wq_ptr": "*i32", "part_ptr": "*fp32", "count_ptr": "*i32"}
