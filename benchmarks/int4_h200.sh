@@ -37,6 +37,8 @@
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
 #           no projections benchmark); the autotuner's choices carry over through
 #           Triton's disk cache.
+# INT4_FLAGS: more engine flags for the int4 side of server and profile (for example
+# "--int4-l2-prefetch layer").
 # Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh);
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
@@ -179,7 +181,8 @@ steps)
   ;;
 profile)
   timeout "${TMO:-560}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
-    --requests "${REQUESTS:-1}" --variant bf16= --variant int4="--quantize w4a16" > "$OUT/dp.log" 2>&1
+    --requests "${REQUESTS:-1}" --variant bf16= --variant int4="--quantize w4a16 ${INT4_FLAGS:-}" \
+    > "$OUT/dp.log" 2>&1
   echo "decode profile exit: $?"
   tail -8 "$OUT/dp.log"
   ;;
@@ -229,7 +232,7 @@ server)
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
   timeout ${TMO:-560} python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
     --levels 1,8,64 --repeats 1 --budget-s 540 \
-    --server-variant int4="--quantize w4a16" > "$OUT/bench.log" 2>&1
+    --server-variant int4="--quantize w4a16 ${INT4_FLAGS:-}" > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
   grep "^|\|ERROR" "$OUT/bench.log"
   rm -f "$OUT"/eng/sweep*/requests.jsonl "$OUT"/eng/sweep*/vllm_bench_serve.jsonl
