@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_PORT = 8100
+# Where a decode-program layer asks L2 for its int4 weights (engines.pytorch.l2_prefetch).
+L2_PREFETCH_PLACES = ("off", "layer", "attention")
 
 
 @dataclass(frozen=True)
@@ -214,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--int4-l2-prefetch",
-        choices=("off", "layer", "attention"),
+        choices=L2_PREFETCH_PLACES,
         default=EngineConfig.int4_l2_prefetch,
         help="decode program, int4 weights in layer blocks, sm_90 and later: each layer asks "
         "the L2 cache for its weights, at its start or after attention, so its products "

@@ -27,9 +27,11 @@ import torch
 from torch import nn
 
 from engines.pytorch import dependent_launch, int4
+from engines.pytorch.config import L2_PREFETCH_PLACES, EngineConfig
 from engines.pytorch.int4 import PER_WORD, Int4Linear
 
-PLACES = ("off", "layer", "attention")
+PLACES = L2_PREFETCH_PLACES
+DEFAULT_MB = EngineConfig.int4_l2_prefetch_mb
 # Bytes one thread asks for with one bulk prefetch (a multiple of 16).
 PIECE = 16384
 # Activations one program copies an iteration.

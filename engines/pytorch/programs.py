@@ -39,6 +39,7 @@ from contract.errors import BenchError
 from engines.pytorch import attention_kernel, int4, int4_blocks, kernels, l2_prefetch
 from engines.pytorch.kernels import Weight
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
+from engines.pytorch.l2_prefetch import DEFAULT_MB as L2_PREFETCH_MB
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +315,7 @@ class ProgramOptions:
     gemv_epilogues: bool = True
     compile_backend: str = "inductor"  # aot_eager: traced as in serving, no code generated
     l2_prefetch: str = "off"
-    l2_prefetch_mb: float = 24.0
+    l2_prefetch_mb: float = L2_PREFETCH_MB
 
 
 class Gemma4DecodeProgram:

@@ -56,6 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.pytorch import dependent_launch as launch
+from engines.pytorch import l2_prefetch
 from engines.pytorch.fused import fuse_rms_norms
 from engines.pytorch.graphs import (
     POSITIONS,
@@ -192,7 +193,7 @@ class ModelRunner:
         compile_without_program: bool = True,
         dependent_launch: bool = True,
         l2_prefetch: str = "off",
-        l2_prefetch_mb: float = 24.0,
+        l2_prefetch_mb: float = l2_prefetch.DEFAULT_MB,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from engines.pytorch import int4, kernels
+from engines.pytorch import int4, kernels, l2_prefetch
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 
@@ -281,11 +281,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     p.add_argument("--dependent-launch", choices=("auto", "off"), default="auto")
     p.add_argument(
         "--int4-l2-prefetch",
-        choices=("off", "layer", "attention"),
+        choices=l2_prefetch.PLACES,
         default="off",
         help="where each layer asks L2 for its int4 weights (engines.pytorch.l2_prefetch)",
     )
-    p.add_argument("--int4-l2-prefetch-mb", type=float, default=24.0)
+    p.add_argument("--int4-l2-prefetch-mb", type=float, default=l2_prefetch.DEFAULT_MB)
     p.add_argument(
         "--check-tokens",
         type=int,
