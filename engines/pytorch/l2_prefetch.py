@@ -32,8 +32,9 @@ from engines.pytorch.int4 import PER_WORD, Int4Linear
 
 PLACES = L2_PREFETCH_PLACES
 DEFAULT_MB = EngineConfig.int4_l2_prefetch_mb
-# Bytes one thread asks for with one bulk prefetch (a multiple of 16).
+# Bytes one thread asks for with one bulk prefetch (a multiple of 16); threads a program.
 PIECE = 16384
+_LANES = 32
 # Activations one program copies an iteration.
 _COPY_BLOCK = 1024
 
@@ -51,12 +52,11 @@ def supported(device: torch.device) -> bool:
 
 
 def _launch(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    y = torch.empty_like(x)
     x = x.contiguous()
+    y = x.new_empty(x.shape)
     words_bytes = words.numel() * words.element_size() // 16 * 16
     scales_bytes = scales.numel() * scales.element_size() // 16 * 16
-    lanes = 32
-    programs = max(1, -(-max(words_bytes, scales_bytes) // (lanes * PIECE)))
+    programs = max(1, -(-max(words_bytes, scales_bytes) // (_LANES * PIECE)))
     pdl = dependent_launch.enabled(x.device)
     _kernel()[(programs,)](
         x,
@@ -67,9 +67,10 @@ def _launch(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor) -> torch
         scales,
         scales_bytes,
         PIECE=PIECE,
+        LANES=_LANES,
         BLOCK=_COPY_BLOCK,
         PDL=pdl,
-        num_warps=1,
+        num_warps=_LANES // 32,
         launch_pdl=pdl,
     )
     return y
@@ -82,12 +83,12 @@ def _prefetch_op(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor) -> 
 
 @_prefetch_op.register_kernel("cpu")
 def _prefetch_cpu(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    return x.clone()  # a CPU has no L2 to ask: the op only passes x through
+    return x.contiguous().clone()  # a CPU has no L2 to ask: the op only passes x through
 
 
 @_prefetch_op.register_fake
 def _prefetch_shape(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
-    return torch.empty_like(x)
+    return x.new_empty(x.shape)
 
 
 def prefetch(x: torch.Tensor, ranges: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:

@@ -15,8 +15,6 @@ import triton
 import triton.language as tl
 
 COMPILED = tl.constexpr(not triton.knobs.runtime.interpret)
-# One bulk prefetch a thread, a warp a program.
-LANES = tl.constexpr(32)
 
 
 @triton.jit
@@ -34,8 +32,9 @@ def _bulk_prefetch(base, offsets, total, PIECE: tl.constexpr):
 @triton.jit
 def prefetch_l2(
     x_ptr, y_ptr, numel, words_ptr, words_bytes, scales_ptr, scales_bytes,
-    PIECE: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
+    PIECE: tl.constexpr, LANES: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    # LANES threads a program (one warp), one bulk prefetch of PIECE bytes each.
     # The next kernel may launch at once: it waits for this one to finish anyway.
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()

@@ -98,7 +98,7 @@ def test_the_l2_prefetch_asks_before_it_waits() -> None:
 
     signature = {"x_ptr": "*bf16", "y_ptr": "*bf16", "numel": "i32", "words_ptr": "*i32"}
     signature |= {"words_bytes": "i64", "scales_ptr": "*bf16", "scales_bytes": "i64"}
-    constants = {"PIECE": 16384, "BLOCK": 1024, "PDL": True}
+    constants = {"PIECE": 16384, "LANES": 32, "BLOCK": 1024, "PDL": True}
     signature |= dict.fromkeys(constants, "constexpr")
     source = ASTSource(fn=triton_prefetch.prefetch_l2, signature=signature, constexprs=constants)
     ptx = triton.compile(source, target=H200, options={**PDL, "num_warps": 1}).asm["ptx"]
