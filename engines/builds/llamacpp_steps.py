@@ -26,8 +26,12 @@ __all__ = ["LlamaCppBuildError", "StepLog", "copy_log", "file_lock", "log_tail"]
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 40
-# A CUDA build's log is thousands of lines; past this its head is dropped from the copy.
+# A build's log can run to megabytes (a CUDA build's thousands of lines; GCC's warnings on
+# AVX-512 intrinsics in a native CPU build); past this its middle is dropped from the copy,
+# which keeps the first LOG_COPY_HEAD_BYTES (the download, extract and configure steps: what
+# the build was asked to do) and the rest from the end (the last steps, and any failure).
 LOG_COPY_MAX_BYTES = 4 * 1024 * 1024
+LOG_COPY_HEAD_BYTES = 64 * 1024
 
 
 class LlamaCppBuildError(BenchError, RuntimeError):
@@ -112,7 +116,8 @@ def file_lock(path: Path, timeout_s: float) -> Iterator[None]:
 
 
 def copy_log(source: Path | None, dest: Path, *, note: str = "") -> None:
-    """Write the build log at `source` to `dest` (its last LOG_COPY_MAX_BYTES when longer).
+    """Write the build log at `source` to `dest` (its head and tail, LOG_COPY_MAX_BYTES in
+    all, when longer).
 
     `note` (what was built or reused) heads the copy; a missing log is said, not skipped,
     so the copy always tells what happened. Secrets are scrubbed where the agent uploads it.
@@ -125,15 +130,22 @@ def copy_log(source: Path | None, dest: Path, *, note: str = "") -> None:
         try:
             with source.open("rb") as handle:
                 size = handle.seek(0, os.SEEK_END)
-                handle.seek(max(0, size - LOG_COPY_MAX_BYTES))
-                body = handle.read()
+                handle.seek(0)
+                if size <= LOG_COPY_MAX_BYTES:
+                    body = handle.read()
+                else:
+                    first = handle.read(LOG_COPY_HEAD_BYTES)
+                    first = first[: first.rfind(b"\n") + 1]  # whole lines
+                    handle.seek(size - (LOG_COPY_MAX_BYTES - LOG_COPY_HEAD_BYTES))
+                    last = handle.read().split(b"\n", 1)[-1]
+                    left_out = size - len(first) - len(last)
+                    body = first + f"# ({left_out} bytes left out here)\n".encode() + last
         except OSError as e:
             head.append(f"build log {source} unreadable: {e}")
         else:
             head.append(f"build log {source}")
             if size > LOG_COPY_MAX_BYTES:
-                body = body.split(b"\n", 1)[-1]
-                head.append(f"(its first {size - len(body)} bytes left out)")
+                head.append(f"({size - len(first) - len(last)} bytes of its middle left out)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.write_bytes("".join(f"# {line}\n" for line in head).encode() + body)

@@ -218,19 +218,27 @@ def test_the_build_log_is_copied_to_the_install_folder_even_when_the_build_fails
     assert "START use-source-dir" in text and "FAIL use-source-dir" in text
 
 
-def test_a_huge_build_log_is_copied_as_its_tail(
+def test_a_huge_build_log_is_copied_as_its_head_and_tail(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The head keeps what the build was asked to do (its configure step), the tail how it
+    ended; the middle (thousands of compile lines, or of compiler warnings) is left out."""
     from engines.builds import llamacpp_steps
 
-    monkeypatch.setattr(llamacpp_steps, "LOG_COPY_MAX_BYTES", 100)
+    monkeypatch.setattr(llamacpp_steps, "LOG_COPY_MAX_BYTES", 160)
+    monkeypatch.setattr(llamacpp_steps, "LOG_COPY_HEAD_BYTES", 70)
     source = tmp_path / "build.log"
-    source.write_text("".join(f"[{i:03d}/500] Building CUDA object\n" for i in range(500)))
+    steps = "START configure\ncmake -S src -B build\nEND configure\n"
+    source.write_text(steps + "".join(f"[{i:03d}/500] Building CUDA object\n" for i in range(500)))
     copy_log(source, tmp_path / "copy.log")
     lines = (tmp_path / "copy.log").read_text().splitlines()
+    assert lines[1].endswith(" bytes of its middle left out)")
+    assert lines[2:5] == steps.splitlines()
     assert lines[-1] == "[499/500] Building CUDA object"
-    assert lines[1].startswith("# (its first ") and lines[2].startswith("[")
-    assert sum(1 for line in lines if not line.startswith("#")) < 5
+    marks = [line for line in lines[2:] if line.startswith("#")]
+    assert len(marks) == 1 and marks[0].endswith(" bytes left out here)")
+    kept = [line for line in lines if line.startswith("[")]
+    assert 1 <= len(kept) < 5 and all(line.endswith("object") for line in kept)
     copy_log(None, tmp_path / "none.log", note="llama-server external")
     assert (tmp_path / "none.log").read_text() == (
         "# llama-server external\n# no build log: the binary was not built here\n"
