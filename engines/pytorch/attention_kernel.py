@@ -36,9 +36,9 @@ from engines.pytorch import dependent_launch
 
 @functools.cache
 def _kernels() -> tuple[Any, Any]:
-    from engines.pytorch import triton_kernels
+    from engines.pytorch import triton_attention
 
-    return triton_kernels.attention_partial, triton_kernels.attention_combine
+    return triton_attention.attention_partial, triton_attention.attention_combine
 
 
 @torch.library.custom_op("llm_serving_bench::decode_attention", mutates_args=())

@@ -73,7 +73,7 @@ def test_gemv_variant_builds_for_sm90(prologue: int, epilogue: int, scale: bool)
 
 @pytest.mark.parametrize(("head_dim", "block_l"), [(256, 32), (512, 64)])
 def test_attention_kernels_build_for_sm90(head_dim: int, block_l: int) -> None:
-    from engines.pytorch import triton_kernels
+    from engines.pytorch import triton_attention as attention
 
     # Gemma 4 E2B: 8 query heads on one KV head; sliding layers 256 wide, full ones 512.
     shape = {"GROUP": 8, "BLOCK_G": 16, "D": head_dim, "DV": head_dim}
@@ -84,12 +84,12 @@ def test_attention_kernels_build_for_sm90(head_dim: int, block_l: int) -> None:
         ("kv_len", "stride_kh", "stride_kl", "stride_vh", "stride_vl"), "i32"
     ) | {"scale": "fp32"}
     signature |= dict.fromkeys(partial, "constexpr")
-    source = ASTSource(fn=triton_kernels.attention_partial, signature=signature, constexprs=partial)
+    source = ASTSource(fn=attention.attention_partial, signature=signature, constexprs=partial)
     assert "griddepcontrol.wait" in triton.compile(source, target=H200, options=PDL).asm["ptx"]
     combine = {"GROUP": 8, "BLOCK_G": 16, "DV": head_dim, "BLOCK_S": 8, "PDL": True}
     signature = {"acc_ptr": "*fp32", "max_ptr": "*fp32", "sum_ptr": "*fp32", "out_ptr": "*bf16"}
     signature |= {"blocks": "i32"} | dict.fromkeys(combine, "constexpr")
-    source = ASTSource(fn=triton_kernels.attention_combine, signature=signature, constexprs=combine)
+    source = ASTSource(fn=attention.attention_combine, signature=signature, constexprs=combine)
     assert "griddepcontrol.wait" in triton.compile(source, target=H200, options=PDL).asm["ptx"]
 
 
