@@ -33,6 +33,9 @@
 #           its weights (`engines.pytorch.l2_prefetch`) off, at the layer's start and
 #           after attention, at L2_MB (default 24), at 40 MB and at one row's worth
 #           (the kernel's own cost; about 7 minutes);
+#   attention: the attention kernels' CUDA tests, then the served int4 step profiled with
+#           the q/k norms, rotary and KV write as compiled torch ops before the attention
+#           kernel and inside it (`--attention-form normed-kernel`; about 6 minutes);
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
@@ -44,7 +47,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|prefill|sweep|table|l2|all
+#     steps|server|server-int4|profile|profile-tables|prefill|sweep|table|l2|attention|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -187,6 +190,17 @@ profile)
     --requests "${REQUESTS:-1}" --variant bf16= --variant int4="--quantize w4a16 ${INT4_FLAGS:-}" \
     > "$OUT/dp.log" 2>&1
   echo "decode profile exit: $?"
+  tail -8 "$OUT/dp.log"
+  ;;
+attention)
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_attention_kernel.py \
+    > "$OUT/cuda-tests.log" 2>&1
+  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  timeout "${TMO:-420}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
+    --variant kernel="--quantize w4a16 ${INT4_FLAGS:-}" \
+    --variant normed="--quantize w4a16 --attention-form normed-kernel ${INT4_FLAGS:-}" \
+    > "$OUT/dp.log" 2>&1
+  echo "decode profile exit: $? at ${SECONDS}s"
   tail -8 "$OUT/dp.log"
   ;;
 profile-tables)

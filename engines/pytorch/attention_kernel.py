@@ -16,6 +16,15 @@ block with none visible writes no partial output: the kernel costs what the row 
 not what its bucket holds (what that saved on an H200, with dependent launch:
 benchmarks/records/2026-11-30-h200-pytorch-dependent-launch.md).
 
+`decode_attention_normed` (`--attention-form normed-kernel`) starts from the q/k/v
+projection's raw row instead: the query heads' RMSNorm and rotary, and the new key's and
+value's with their write to the pools, happen in the partial kernel, which attends to the
+new row from registers. In the program's torch form they are compiled kernels of their
+own, launched as ordinary kernels: each breaks the dependent-launch overlap around
+attention (a dependent cannot start before an ordinary kernel ends). In a layer that
+writes its own KV, the block's keys are read before the kernel waits on the projection:
+every row of those pools but the new one was written by an earlier step or by prefill.
+
 Numerics: scores are rounded to the activation dtype as the products' output is, and the
 probabilities are rounded before they weigh the values, as the products' form rounds
 them; they are normalised after the values' product (flash-decoding), so results differ
@@ -35,52 +44,41 @@ from engines.pytorch import dependent_launch
 
 
 @functools.cache
-def _kernels() -> tuple[Any, Any]:
-    from engines.pytorch import triton_attention
+def _kernels() -> tuple[Any, Any, Any]:
+    from engines.pytorch import triton_attention as kernels
 
-    return triton_attention.attention_partial, triton_attention.attention_combine
+    return kernels.attention_partial, kernels.attention_partial_normed, kernels.attention_combine
 
 
-@torch.library.custom_op("llm_serving_bench::decode_attention", mutates_args=())
-def _decode_attention_op(
-    q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, hidden: torch.Tensor, scale: float
-) -> torch.Tensor:
-    partial, combine = _kernels()
-    pdl = dependent_launch.enabled(q.device)
-    _rows, kv_heads, group, head_dim = q.shape
-    dv = v_pool.shape[-1]
-    kv_len = hidden.shape[-1]
+def _launch(
+    partial: Any, args: tuple[Any, ...], kv_heads: int, group: int, dv: int, kv_len: int,
+    dtype: torch.dtype, device: torch.device, **meta: Any,
+) -> torch.Tensor:  # fmt: skip
+    """A split-KV kernel over blocks of the keys (`args` first), then the combine."""
+    _partial, _normed, combine = _kernels()
+    pdl = dependent_launch.enabled(device)
     block_l = 32 if kv_len <= 2048 else 64
     blocks = -(-kv_len // block_l)
     block_g = max(16, 1 << (group - 1).bit_length())  # tl.dot wants 16 rows at least
-    acc = torch.empty(kv_heads * blocks * block_g, dv, dtype=torch.float32, device=q.device)
-    top = torch.empty(kv_heads * blocks * block_g, dtype=torch.float32, device=q.device)
+    acc = torch.empty(kv_heads * blocks * block_g, dv, dtype=torch.float32, device=device)
+    top = torch.empty(kv_heads * blocks * block_g, dtype=torch.float32, device=device)
     total = torch.empty_like(top)
-    out = torch.empty(1, kv_heads, group, dv, dtype=q.dtype, device=q.device)
-    k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
+    out = torch.empty(1, kv_heads, group, dv, dtype=dtype, device=device)
     partial[(kv_heads, blocks)](
-        q.contiguous(),
-        k0,
-        v0,
-        hidden.reshape(-1).view(torch.uint8),
+        *args,
         acc,
         top,
         total,
         kv_len,
-        k0.stride(0),
-        k0.stride(1),
-        v0.stride(0),
-        v0.stride(1),
-        scale,
+        *meta.pop("strides"),
+        *meta.pop("scalars"),
         GROUP=group,
         BLOCK_G=block_g,
-        D=head_dim,
-        DV=dv,
         BLOCK_L=block_l,
-        SCALED=scale != 1.0,
         PDL=pdl,
-        num_warps=8 if max(head_dim, dv) >= 512 else 4,
+        num_warps=8 if max(meta["D"], dv) >= 512 else 4,
         launch_pdl=pdl,
+        **meta,
     )
     # As many blocks a pass as fit 64 floats a thread of the 8 warps (16K of the tile).
     block_s = min(max(1, 16384 // dv), 1 << (blocks - 1).bit_length())
@@ -101,11 +99,87 @@ def _decode_attention_op(
     return out
 
 
+def _strides(k0: torch.Tensor, v0: torch.Tensor) -> tuple[int, int, int, int]:
+    return k0.stride(0), k0.stride(1), v0.stride(0), v0.stride(1)
+
+
+@torch.library.custom_op("llm_serving_bench::decode_attention", mutates_args=())
+def _decode_attention_op(
+    q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, hidden: torch.Tensor, scale: float
+) -> torch.Tensor:
+    partial, _normed, _combine = _kernels()
+    _rows, kv_heads, group, head_dim = q.shape
+    dv = v_pool.shape[-1]
+    k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
+    args = (q.contiguous(), k0, v0, hidden.reshape(-1).view(torch.uint8))
+    return _launch(
+        partial, args, kv_heads, group, dv, hidden.shape[-1], q.dtype, q.device,
+        strides=_strides(k0, v0), scalars=(scale,), D=head_dim, DV=dv, SCALED=scale != 1.0,
+    )  # fmt: skip
+
+
 @_decode_attention_op.register_fake
 def _decode_attention_shape(
     q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, hidden: torch.Tensor, scale: float
 ) -> torch.Tensor:
     return q.new_empty(q.shape[0], q.shape[1], q.shape[2], v_pool.shape[-1])
+
+
+@torch.library.custom_op(
+    "llm_serving_bench::decode_attention_normed", mutates_args=("k_pool", "v_pool")
+)
+def decode_attention_normed(
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    hidden: torch.Tensor,
+    heads: int,
+    writes_kv: bool,
+    scale: float,
+    eps: float,
+) -> torch.Tensor:
+    """`decode_attention` from the q/k/v projection's row (1, (heads + 2 KVH) * D), or
+    (1, heads * D) where the layer reads an earlier layer's KV: the query heads are
+    RMS-normed (`q_norm`) and rotated (cos, sin: (1, D) at the row's position) in the
+    kernel, and where `writes_kv`, so are the new key (`k_norm`) and value (no weight),
+    written to slot 0 of the pools at `positions[0]`. The same arithmetic as the
+    program's torch form to rounding: float32, rounded where torch.rms_norm and the
+    rotary's output are."""
+    _partial, normed, _combine = _kernels()
+    kv_heads, head_dim = k_pool.shape[1], k_pool.shape[-1]
+    k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
+    args = (qkv.contiguous(), q_norm, k_norm, cos.contiguous(), sin.contiguous(), positions,
+            k0, v0, hidden.reshape(-1).view(torch.uint8))  # fmt: skip
+    return _launch(
+        normed, args, kv_heads, heads // kv_heads, head_dim, hidden.shape[-1], qkv.dtype,
+        qkv.device, strides=_strides(k0, v0), scalars=(scale, eps), HEADS=heads,
+        KV_HEADS=kv_heads, D=head_dim, SCALED=scale != 1.0, WRITES_KV=writes_kv,
+    )  # fmt: skip
+
+
+@decode_attention_normed.register_fake
+def _decode_attention_normed_shape(
+    qkv: torch.Tensor,
+    q_norm: torch.Tensor,
+    k_norm: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    positions: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    hidden: torch.Tensor,
+    heads: int,
+    writes_kv: bool,
+    scale: float,
+    eps: float,
+) -> torch.Tensor:
+    kv_heads, head_dim = k_pool.shape[1], k_pool.shape[-1]
+    return qkv.new_empty(1, kv_heads, heads // kv_heads, head_dim)
 
 
 def use_kernel(q: torch.Tensor, k_pool: torch.Tensor) -> bool:
@@ -129,3 +203,9 @@ def decode_attention(
     pools (slots, KVH, capacity, D), `hidden` (1, 1, 1, L) True where a key is not
     visible: (1, KVH, G, Dv)."""
     return _decode_attention_op(q, k_pool, v_pool, hidden, scale)
+
+
+def use_normed_kernel(qkv: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor) -> bool:
+    """`decode_attention_normed` applies: `use_kernel`'s conditions, and values as wide as
+    keys (the new value row is made beside the new key)."""
+    return use_kernel(qkv, k_pool) and v_pool.shape[-1] == k_pool.shape[-1]

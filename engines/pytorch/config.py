@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 DEFAULT_PORT = 8100
+# How the decode program attends (engines.pytorch.programs).
+ATTENTION_FORMS = ("matmul", "reduction", "kernel", "normed-kernel")
 # Where a decode-program layer asks L2 for its int4 weights (engines.pytorch.l2_prefetch).
 L2_PREFETCH_PLACES = ("off", "layer", "attention")
 
@@ -31,7 +33,7 @@ class EngineConfig:
     fused_norms: str = "auto"  # auto: on for CUDA
     decode_program: str = "auto"  # auto: the model's own decode step where decode is batched
     gemv_kernel: str = "auto"  # batch-1 projections of the decode program (auto: triton on CUDA)
-    attention_form: str = "kernel"  # decode program attention: kernel (batch 1), matmul, reduction
+    attention_form: str = "kernel"  # decode program attention: one of ATTENTION_FORMS
     dependent_launch: str = "auto"  # batch-1 Triton kernels as PDL dependents (auto: sm_90+)
     int4_l2_prefetch: str = "off"  # where each layer asks L2 for its int4 weights
     int4_l2_prefetch_mb: float = 24.0
@@ -200,11 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--attention-form",
-        choices=("matmul", "reduction", "kernel"),
+        choices=ATTENTION_FORMS,
         default=EngineConfig.attention_form,
         help="decode program attention: at batch 1 one split-KV Triton kernel and a combine "
         "(engines.pytorch.attention_kernel; other batch sizes and the CPU keep the "
-        "products), as matrix products, or as reductions that torch.compile fuses",
+        "products), the same with the q/k norms, rotary and KV write in the kernel "
+        "(normed-kernel), as matrix products, or as reductions that torch.compile fuses",
     )
     p.add_argument(
         "--dependent-launch",

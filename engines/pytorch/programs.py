@@ -37,6 +37,7 @@ from torch import nn
 
 from contract.errors import BenchError
 from engines.pytorch import attention_kernel, int4, int4_blocks, kernels, l2_prefetch
+from engines.pytorch.config import ATTENTION_FORMS
 from engines.pytorch.kernels import Weight
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
 from engines.pytorch.l2_prefetch import DEFAULT_MB as L2_PREFETCH_MB
@@ -160,34 +161,31 @@ def gemma4_layer(
     stream, and the residual steps after the attention output and the per-layer
     projection end those products (see `kernels`).
     `attention_form`: "kernel" runs batch 1 on CUDA through `attention_kernel` and
-    anything else through the products; "reduction" see `_attend`.
+    anything else through the products; "normed-kernel" also makes the q/k norms, rotary
+    and the KV write part of that kernel (`decode_attention_normed`); "reduction" see
+    `_attend`.
     `l2_ranges`, `l2_place`: int4 weights asked into L2 at the layer's start or after
     attention (`l2_prefetch`).
     """
     w_qkv, w_o, w_gate_up, w_down, w_ple_gate, w_ple_proj = weights
     n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
     rows, width = x.shape
-    kv_heads = k_pool.shape[1]
-    kv_len = hidden.shape[-1]
 
     if l2_place == "layer":
         x = l2_prefetch.prefetch(x, l2_ranges)
     qkv = kernels.norm_linear(x, n_in, eps, w_qkv, fused_gemv, post_scale=gemv_epilogues)
-    q = qkv[:, : heads * head_dim].view(rows, heads, head_dim)
-    q = _rotate(torch.rms_norm(q, (head_dim,), n_q, eps), cos, sin)
-    if writes_kv:
-        kv = qkv[:, heads * head_dim :].view(rows, 2, kv_heads, head_dim)
-        k = _rotate(torch.rms_norm(kv[:, 0], (head_dim,), n_k, eps), cos, sin)
-        v = torch.rms_norm(kv[:, 1], (head_dim,), None, eps)
-        k_pool[slot_index, :, positions] = k
-        v_pool[slot_index, :, positions] = v
-    keys = k_pool[:rows, :, :kv_len]  # (rows, KVH, kv_len, D): slot b is row b
-    values = v_pool[:rows, :, :kv_len]
-    q = q.view(rows, kv_heads, heads // kv_heads, head_dim)
-    if attention_form == "kernel" and attention_kernel.use_kernel(q, k_pool):
-        attn = attention_kernel.decode_attention(q, k_pool, v_pool, hidden, scale)
+    if attention_form == "normed-kernel" and attention_kernel.use_normed_kernel(
+        qkv, k_pool, v_pool
+    ):
+        attn = attention_kernel.decode_attention_normed(
+            qkv, n_q, n_k, cos, sin, positions, k_pool, v_pool, hidden, heads, writes_kv, scale,
+            eps,
+        )  # fmt: skip
     else:
-        attn = _attend(q, keys, values, hidden, scale, attention_form == "reduction")
+        attn = _normed_attention(
+            qkv, n_q, n_k, k_pool, v_pool, cos, sin, hidden, slot_index, positions, heads,
+            head_dim, writes_kv, scale, eps, attention_form,
+        )  # fmt: skip
     if l2_place == "attention":
         attn = l2_prefetch.prefetch(attn, l2_ranges)
     if gemv_epilogues:
@@ -216,6 +214,45 @@ def gemma4_layer(
         p = _gated_linear(ple_gate, ple, w_ple_proj, activation, fused_gemv)
     x = x + torch.rms_norm(p, (width,), n_post_ple, eps)
     return (x * layer_scalar).to(x.dtype)
+
+
+def _normed_attention(
+    qkv: torch.Tensor,
+    n_q: torch.Tensor,
+    n_k: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    hidden: torch.Tensor,
+    slot_index: torch.Tensor,
+    positions: torch.Tensor,
+    heads: int,
+    head_dim: int,
+    writes_kv: bool,
+    scale: float,
+    eps: float,
+    attention_form: str,
+) -> torch.Tensor:
+    """The layer's attention from its q/k/v row in torch operations: the q/k norms and
+    rotary, the new key and value written to the pools, then `_attend` (or the batch-1
+    kernel on CUDA, for both kernel forms): (rows, KVH, G, Dv)."""
+    rows = qkv.shape[0]
+    kv_heads, kv_len = k_pool.shape[1], hidden.shape[-1]
+    q = qkv[:, : heads * head_dim].view(rows, heads, head_dim)
+    q = _rotate(torch.rms_norm(q, (head_dim,), n_q, eps), cos, sin)
+    if writes_kv:
+        kv = qkv[:, heads * head_dim :].view(rows, 2, kv_heads, head_dim)
+        k = _rotate(torch.rms_norm(kv[:, 0], (head_dim,), n_k, eps), cos, sin)
+        v = torch.rms_norm(kv[:, 1], (head_dim,), None, eps)
+        k_pool[slot_index, :, positions] = k
+        v_pool[slot_index, :, positions] = v
+    keys = k_pool[:rows, :, :kv_len]  # (rows, KVH, kv_len, D): slot b is row b
+    values = v_pool[:rows, :, :kv_len]
+    q = q.view(rows, kv_heads, heads // kv_heads, head_dim)
+    if attention_form.endswith("kernel") and attention_kernel.use_kernel(q, k_pool):
+        return attention_kernel.decode_attention(q, k_pool, v_pool, hidden, scale)
+    return _attend(q, keys, values, hidden, scale, attention_form == "reduction")
 
 
 def _gated_linear(
@@ -305,7 +342,8 @@ class ProgramOptions:
     """How a decode program runs: `compile_mode` (a torch.compile mode, or None for
     eager) for each kind of layer; `triton_gemv`: batch-1 projections through `kernels`;
     `attention_form`: "matmul" or "reduction" (see `_attend`; only when compiled), or
-    "kernel" (`attention_kernel` at batch 1, the products otherwise); `gemv_epilogues`:
+    "kernel" (`attention_kernel` at batch 1, the products otherwise), or "normed-kernel"
+    (the same with the q/k norms, rotary and KV write in the kernel); `gemv_epilogues`:
     see `gemma4_layer` (with `triton_gemv`); `l2_prefetch`, `l2_prefetch_mb`: where each
     layer asks L2 for its int4 weights and how much (`l2_prefetch`; int4 on sm_90+)."""
 
@@ -394,7 +432,7 @@ class Gemma4DecodeProgram:
         self.attention_form = options.attention_form
         if options.attention_form == "reduction" and not compile_layers:
             self.attention_form = "matmul"
-        if self.attention_form not in ("matmul", "reduction", "kernel"):
+        if self.attention_form not in ATTENTION_FORMS:
             raise ValueError(f"unknown attention form {options.attention_form!r}")
         if compile_layers:
             # Layers of one kind share shapes and constants, so they share one compiled

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from engines.pytorch import int4, kernels, l2_prefetch
+from engines.pytorch.config import ATTENTION_FORMS
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 
@@ -270,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default="off",
         help="batch-1 projections of the decode program through the Triton kernel",
     )
-    p.add_argument("--attention-form", choices=("matmul", "reduction", "kernel"), default="kernel")
+    p.add_argument("--attention-form", choices=ATTENTION_FORMS, default="kernel")
     p.add_argument(
         "--gemv-fusion",
         choices=("prologue", "epilogue"),

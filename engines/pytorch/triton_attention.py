@@ -10,6 +10,62 @@ import triton.language as tl
 
 
 @triton.jit
+def _block_keys(
+    hidden_ptr, k_ptr, v_ptr, h, block, kv_len, stride_kh, stride_kl, stride_vh, stride_vl,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_L: tl.constexpr,
+):  # fmt: skip
+    # One block of keys: their positions, which of them the row sees, and K and V (rows
+    # the row does not see are zeros: they are never fetched).
+    keys = block * BLOCK_L + tl.arange(0, BLOCK_L)
+    key_ok = keys < kv_len
+    # Keys the mask hides (past the row's length in its KV bucket, or outside a sliding
+    # window) are never fetched: the step pays for the keys it reads, not for the bucket.
+    hidden = tl.load(hidden_ptr + keys, mask=key_ok, other=1) != 0
+    live = key_ok & ~hidden
+    dims = tl.arange(0, D)
+    dims_v = tl.arange(0, DV)
+    k = tl.load(
+        k_ptr + h * stride_kh + keys[:, None] * stride_kl + dims[None, :],
+        mask=live[:, None],
+        other=0.0,
+    )
+    # V is loaded with K, before the scores need it: the two memory round trips overlap.
+    v = tl.load(
+        v_ptr + h * stride_vh + keys[:, None] * stride_vl + dims_v[None, :],
+        mask=live[:, None],
+        other=0.0,
+    )
+    return keys, live, k, v
+
+
+@triton.jit
+def _block_partial(
+    q, k, v, live, h, block, blocks, acc_ptr, max_ptr, sum_ptr, scale, GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr, DV: tl.constexpr, SCALED: tl.constexpr,
+):  # fmt: skip
+    # The block's unnormalised output, maximum and sum for each query head of the group.
+    heads = tl.arange(0, BLOCK_G)
+    head_ok = heads < GROUP
+    dims_v = tl.arange(0, DV)
+    scores = tl.dot(q, tl.trans(k)).to(q.dtype).to(tl.float32)
+    if SCALED:
+        scores = (scores * scale).to(q.dtype).to(tl.float32)
+    scores = tl.where(live[None, :], scores, float("-inf"))
+    top = tl.max(scores, axis=1)
+    safe_top = tl.where(top == float("-inf"), 0.0, top)
+    p = tl.exp(scores - safe_top[:, None])
+    total = tl.sum(p, axis=1)
+    acc = tl.dot(p.to(v.dtype), v)
+    row = (h * blocks + block) * BLOCK_G + heads
+    # Only rows the combine reads: real heads (BLOCK_G pads the group to 16 for tl.dot)
+    # of a block with a visible key (the combine skips a block whose maximum is -inf).
+    written = head_ok & (top > float("-inf"))
+    tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc, mask=written[:, None])
+    tl.store(max_ptr + row, top)
+    tl.store(sum_ptr + row, total)
+
+
+@triton.jit
 def attention_partial(
     q_ptr,
     k_ptr,
@@ -37,49 +93,107 @@ def attention_partial(
         tl.extra.cuda.gdc_wait()
     h = tl.program_id(0)
     block = tl.program_id(1)
-    blocks = tl.num_programs(1)
     heads = tl.arange(0, BLOCK_G)
-    head_ok = heads < GROUP
-    keys = block * BLOCK_L + tl.arange(0, BLOCK_L)
-    key_ok = keys < kv_len
     dims = tl.arange(0, D)
-    dims_v = tl.arange(0, DV)
     q = tl.load(
         q_ptr + (h * GROUP + heads)[:, None] * D + dims[None, :],
-        mask=head_ok[:, None],
+        mask=(heads < GROUP)[:, None],
         other=0.0,
     )
-    # Keys the mask hides (past the row's length in its KV bucket, or outside a sliding
-    # window) are never fetched: the step pays for the keys it reads, not for the bucket.
-    hidden = tl.load(hidden_ptr + keys, mask=key_ok, other=1) != 0
-    live = key_ok & ~hidden
-    k = tl.load(
-        k_ptr + h * stride_kh + keys[:, None] * stride_kl + dims[None, :],
-        mask=live[:, None],
-        other=0.0,
-    )
-    # V is loaded with K, before the scores need it: the two memory round trips overlap.
-    v = tl.load(
-        v_ptr + h * stride_vh + keys[:, None] * stride_vl + dims_v[None, :],
-        mask=live[:, None],
-        other=0.0,
-    )
-    scores = tl.dot(q, tl.trans(k)).to(q.dtype).to(tl.float32)
-    if SCALED:
-        scores = (scores * scale).to(q.dtype).to(tl.float32)
-    scores = tl.where(live[None, :], scores, float("-inf"))
-    top = tl.max(scores, axis=1)
-    safe_top = tl.where(top == float("-inf"), 0.0, top)
-    p = tl.exp(scores - safe_top[:, None])
-    total = tl.sum(p, axis=1)
-    acc = tl.dot(p.to(v.dtype), v)
-    row = (h * blocks + block) * BLOCK_G + heads
-    # Only rows the combine reads: real heads (BLOCK_G pads the group to 16 for tl.dot)
-    # of a block with a visible key (the combine skips a block whose maximum is -inf).
-    written = head_ok & (top > float("-inf"))
-    tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc, mask=written[:, None])
-    tl.store(max_ptr + row, top)
-    tl.store(sum_ptr + row, total)
+    _keys, live, k, v = _block_keys(
+        hidden_ptr, k_ptr, v_ptr, h, block, kv_len, stride_kh, stride_kl, stride_vh,
+        stride_vl, D, DV, BLOCK_L,
+    )  # fmt: skip
+    _block_partial(
+        q, k, v, live, h, block, tl.num_programs(1), acc_ptr, max_ptr, sum_ptr, scale, GROUP,
+        BLOCK_G, DV, SCALED,
+    )  # fmt: skip
+
+
+@triton.jit
+def _normed(x_ptr, rows, row_ok, w_ptr, eps, D: tl.constexpr, WEIGHTED: tl.constexpr):
+    # RMSNorm of rows (R, D) of x_ptr, times w where WEIGHTED, in float32 and rounded to
+    # x's dtype (as torch.rms_norm of a 16-bit tensor); also the values at the partner
+    # dimensions rotary pairs them with (d +- D/2), normed alike.
+    dims = tl.arange(0, D)
+    partner = (dims + D // 2) % D
+    x = tl.load(x_ptr + rows[:, None] * D + dims[None, :], mask=row_ok[:, None], other=0.0)
+    xp = tl.load(x_ptr + rows[:, None] * D + partner[None, :], mask=row_ok[:, None], other=0.0)
+    x = x.to(tl.float32)
+    rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)
+    y = x * rstd[:, None]
+    yp = xp.to(tl.float32) * rstd[:, None]
+    if WEIGHTED:
+        y = y * tl.load(w_ptr + dims).to(tl.float32)[None, :]
+        yp = yp * tl.load(w_ptr + partner).to(tl.float32)[None, :]
+    dtype = x_ptr.dtype.element_ty
+    return y.to(dtype).to(tl.float32), yp.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _rotated(y, yp, cos_ptr, sin_ptr, D: tl.constexpr):
+    # transformers' rotary: y * cos + rotate_half(y) * sin, where rotate_half(y)[d] is
+    # -y[d + D/2] below D/2 and y[d - D/2] above (y, yp from `_normed`); rounded once.
+    dims = tl.arange(0, D)
+    sign = tl.where(dims < D // 2, -1.0, 1.0)
+    cos = tl.load(cos_ptr + dims).to(tl.float32)
+    sin = tl.load(sin_ptr + dims).to(tl.float32)
+    return (y * cos[None, :] + sign[None, :] * yp * sin[None, :]).to(cos_ptr.dtype.element_ty)
+
+
+@triton.jit
+def attention_partial_normed(
+    qkv_ptr, nq_ptr, nk_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, hidden_ptr, acc_ptr,
+    max_ptr, sum_ptr, kv_len, stride_kh, stride_kl, stride_vh, stride_vl, scale, eps,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP: tl.constexpr, BLOCK_G: tl.constexpr,
+    D: tl.constexpr, BLOCK_L: tl.constexpr, SCALED: tl.constexpr, WRITES_KV: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    # `attention_partial` from the q/k/v projection's raw row: the query heads' RMSNorm and
+    # rotary, and where the layer writes KV, the new key's and value's (the value's norm
+    # has no weight), written to the pools at the row's position and attended from
+    # registers (every other row of the block comes from the pools).
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    h = tl.program_id(0)
+    block = tl.program_id(1)
+    if WRITES_KV:
+        # The layer's own pools: every row but the new one was written by an earlier step
+        # or prefill, so the block's keys stream while the projection before still runs.
+        keys, live, k, v = _block_keys(
+            hidden_ptr, k_ptr, v_ptr, h, block, kv_len, stride_kh, stride_kl, stride_vh,
+            stride_vl, D, D, BLOCK_L,
+        )  # fmt: skip
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    if not WRITES_KV:
+        # Pools of an earlier layer of this step, its new row written by that layer.
+        keys, live, k, v = _block_keys(
+            hidden_ptr, k_ptr, v_ptr, h, block, kv_len, stride_kh, stride_kl, stride_vh,
+            stride_vl, D, D, BLOCK_L,
+        )  # fmt: skip
+    heads = tl.arange(0, BLOCK_G)
+    head_ok = heads < GROUP
+    y, yp = _normed(qkv_ptr, h * GROUP + heads, head_ok, nq_ptr, eps, D, True)
+    q = _rotated(y, yp, cos_ptr, sin_ptr, D)
+    if WRITES_KV:
+        one = tl.full((1,), 0, tl.int32)
+        y, yp = _normed(qkv_ptr, HEADS + h + one, one == 0, nk_ptr, eps, D, True)
+        k_new = _rotated(y, yp, cos_ptr, sin_ptr, D)  # (1, D)
+        y, _ = _normed(qkv_ptr, HEADS + KV_HEADS + h + one, one == 0, nk_ptr, eps, D, False)
+        v_new = y.to(k_new.dtype)
+        pos = tl.load(pos_ptr)
+        new = (keys == pos)[:, None]
+        k = tl.where(new, k_new, k)
+        v = tl.where(new, v_new, v)
+        dims = tl.arange(0, D)[None, :]
+        mine = (pos >= block * BLOCK_L) & (pos < block * BLOCK_L + BLOCK_L)
+        tl.store(k_ptr + h * stride_kh + pos * stride_kl + dims, k_new, mask=mine)
+        tl.store(v_ptr + h * stride_vh + pos * stride_vl + dims, v_new, mask=mine)
+    _block_partial(
+        q, k, v, live, h, block, tl.num_programs(1), acc_ptr, max_ptr, sum_ptr, scale, GROUP,
+        BLOCK_G, D, SCALED,
+    )  # fmt: skip
 
 
 @triton.jit

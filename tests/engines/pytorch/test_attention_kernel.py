@@ -70,3 +70,84 @@ def test_kernel_replays_in_a_cuda_graph_on_new_keys() -> None:
         torch.cuda.synchronize()
         expected = attention_kernel.decode_attention(q, k_pool, v_pool, hidden, 1.0)
         assert torch.equal(out, expected)
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "kv_len", "window", "writes_kv"),
+    [
+        (256, 700, 512, True),
+        (512, 640, None, True),
+        (256, 130, 512, False),
+        (512, 3000, None, True),
+    ],
+)
+def test_the_normed_kernel_matches_the_torch_form_within_its_rounding(
+    head_dim: int, kv_len: int, window: int | None, writes_kv: bool
+) -> None:
+    """From the raw q/k/v row: the output, and the new key and value rows it writes."""
+    from engines.pytorch.programs import _normed_attention
+
+    gen = torch.Generator(device="cuda").manual_seed(kv_len)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+    heads, capacity, position = 8, kv_len + 37, kv_len - 1
+    qkv = rand(1, (heads + (2 if writes_kv else 0)) * head_dim) * 2
+    n_q, n_k = rand(head_dim), rand(head_dim)
+    angles = torch.rand(1, head_dim // 2, device="cuda", generator=gen) * 6
+    cos = torch.cat([angles.cos()] * 2, dim=-1).to(torch.bfloat16)
+    sin = torch.cat([angles.sin()] * 2, dim=-1).to(torch.bfloat16)
+    positions = torch.tensor([position], device="cuda")
+    k_pool, v_pool = rand(3, 1, capacity, head_dim), rand(3, 1, capacity, head_dim)
+    hidden = _hidden(kv_len, window)
+    slots = torch.tensor([0], device="cuda")
+    forms = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        pools = (k_pool.to(dtype).clone(), v_pool.to(dtype).clone())  # the torch form writes
+        attn = _normed_attention(
+            qkv.to(dtype), n_q.to(dtype), n_k.to(dtype), *pools, cos.to(dtype), sin.to(dtype),
+            hidden, slots, positions, heads, head_dim, writes_kv, 1.0, 1e-6, "matmul",
+        )  # fmt: skip
+        forms[dtype] = (attn, *pools)
+    exact, (products, k_want, v_want) = forms[torch.float32][0], forms[torch.bfloat16]
+    assert attention_kernel.use_normed_kernel(qkv, k_pool, v_pool)
+    if writes_kv:  # the kernel attends to the row it makes, never to the pools' stale one
+        k_pool[0, :, position] = float("nan")
+        v_pool[0, :, position] = float("nan")
+    got = attention_kernel.decode_attention_normed(
+        qkv, n_q, n_k, cos, sin, positions, k_pool, v_pool, hidden, heads, writes_kv, 1.0, 1e-6
+    )
+    assert got.shape == products.shape and got.dtype == products.dtype
+    assert _error(got, exact) <= max(2 * _error(products, exact), 1e-2)
+    if writes_kv:
+        for pool, want in ((k_pool, k_want), (v_pool, v_want)):
+            assert _error(pool[0, :, position], want[0, :, position].float()) <= 1e-2
+            assert torch.equal(pool[1:], want[1:])
+
+
+def test_the_normed_kernel_serves_a_graphed_step_as_the_separate_one_does() -> None:
+    """tiny-gemma4 (sliding and full layers, layers that read an earlier layer's KV) at batch
+    1 through CUDA graphs, 24 greedy steps: the normed kernel's logits against those of
+    the torch norms and rotary before the plain kernel, to bf16 rounding."""
+    from engines.pytorch.model import load_model
+    from engines.pytorch.runner import ModelRunner
+
+    prompt = [257, *range(40, 70)]  # past tiny-gemma4's 16-token sliding window
+
+    def decode(form: str) -> torch.Tensor:
+        runner = ModelRunner(
+            load_model("random:tiny-gemma4", device="cuda", seed=0),
+            num_slots=2, batch_invariant=False, batched_decode=True, cuda_graphs=True,
+            fused_norms=True, decode_program=True, triton_gemv=True, attention_form=form,
+        )  # fmt: skip
+        runner.prefill(0, prompt)
+        steps = [
+            runner.decode([0], [60 + k], [len(prompt) + k]).clone() for k in range(24)
+        ]  # the same tokens in both: the forms may round a greedy choice apart
+        return torch.cat(steps).float()
+
+    normed, separate = decode("normed-kernel"), decode("kernel")
+    shown = torch.isfinite(separate)
+    assert torch.equal(shown, torch.isfinite(normed))
+    assert _error(normed[shown], separate[shown]) <= 2e-2

@@ -115,45 +115,53 @@ def _gemv_checks(
 
 def _program_checks(out: dict[str, dict[str, Any]]) -> None:
     """The decode program of tiny-gemma4 with its batch-1 products through the kernels
-    (each prologue and epilogue the program uses), in float32 so that nothing rounds
-    apart, against the same program in torch forms, step by step on the same tokens:
-    how the program wires the kernels, to summation order (bf16 on a GPU: `test_kernels`)."""
+    (each prologue and epilogue the program uses), and its attention through either
+    attention kernel, in float32 so that nothing rounds apart, against the same program
+    in torch forms, step by step on the same tokens: how the program wires the kernels,
+    to summation order (bf16 on a GPU: `test_kernels`, `test_attention_kernel`)."""
     import torch
 
-    from engines.pytorch import int4_tuning, kernels, triton_int4, triton_kernels
+    from engines.pytorch import attention_kernel, int4_tuning, kernels, triton_int4, triton_kernels
     from engines.pytorch.model import load_model
     from engines.pytorch.runner import ModelRunner
 
     # On the CPU the program keeps the torch forms; here it takes the kernels, one
-    # configuration each (the autotuner needs a GPU to time its candidates).
+    # configuration each (the autotuner needs a GPU to time its candidates), and the
+    # batch-1 attention kernels in both forms (the normed one writes the new KV rows that
+    # the next steps read).
     kernels._use_kernel = lambda fused, x, weight: fused and x.shape[0] == 1  # type: ignore[assignment]
+    attention_kernel.use_kernel = lambda q, k_pool: q.shape[0] == 1  # type: ignore[assignment]
     triton_kernels.gemv.configs = [triton_kernels.GEMV_CONFIGS[4]]
     triton_int4.gemv_int4.configs = [int4_tuning.GEMV_INT4_CONFIGS[1]]
     prompt = [257, *range(40, 70)]  # past tiny-gemma4's 16-token sliding window
-    for quantize in ("none", "w4a16"):
 
-        def decode(through_kernels: bool, quantize: str = quantize) -> list[torch.Tensor]:
-            runner = ModelRunner(
-                load_model("random:tiny-gemma4", device="cpu", dtype="float32", quantize=quantize),
-                num_slots=2,
-                batch_invariant=False,
-                batched_decode=True,
-                fused_norms=True,
-                decode_program=True,
-                triton_gemv=through_kernels,
-            )
-            runner.prefill(0, prompt)
-            return [
-                runner.decode([0], [token], [len(prompt) + k]).clone()
-                for k, token in enumerate(range(70, 74))
-            ]
+    def decode(through_kernels: bool, quantize: str, form: str = "matmul") -> list[torch.Tensor]:
+        runner = ModelRunner(
+            load_model("random:tiny-gemma4", device="cpu", dtype="float32", quantize=quantize),
+            num_slots=2,
+            batch_invariant=False,
+            batched_decode=True,
+            fused_norms=True,
+            decode_program=True,
+            triton_gemv=through_kernels,
+            attention_form=form,
+        )
+        runner.prefill(0, prompt)
+        return [
+            runner.decode([0], [token], [len(prompt) + k]).clone()
+            for k, token in enumerate(range(70, 74))
+        ]
 
-        for step, (got, want) in enumerate(zip(decode(True), decode(False), strict=True)):
+    for quantize, form in (("none", "matmul"), ("w4a16", "matmul"), ("none", "kernel"),
+                           ("none", "normed-kernel")):  # fmt: skip
+        got_steps, want_steps = decode(True, quantize, form), decode(False, quantize)
+        for step, (got, want) in enumerate(zip(got_steps, want_steps, strict=True)):
             # the vocabulary's unused rows are -inf in both
             shown = torch.isfinite(want)
             error = float((got[shown] - want[shown]).abs().max() / want[shown].abs().max())
             ok = torch.equal(shown, torch.isfinite(got)) and error <= 1e-4
-            out[f"program {quantize} step {step}"] = {"error": error, "limit": 1e-4, "ok": ok}
+            name = f"program {quantize} {form} step {step}"
+            out[name] = {"error": error, "limit": 1e-4, "ok": ok}
 
 
 def _checks(part: str) -> dict[str, dict[str, Any]]:
@@ -249,7 +257,68 @@ def _checks(part: str) -> dict[str, dict[str, Any]]:
         v_nan[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = float("nan")
         got = attention_kernel._decode_attention_op(q, k_nan, v_nan, hidden, 1.0)
         record(f"attention d{head_dim} L{length}/{kv_len}", got, exact, products)
+    _normed_attention_checks(rand, error, record, out)
     return out
+
+
+def _normed_attention_checks(rand: Any, error: Any, record: Any, out: dict[str, Any]) -> None:
+    """`decode_attention_normed` from a raw q/k/v row against the program's torch form
+    (norms, rotary, KV write, products) in float16 and float32: its output, and the new
+    key and value rows it writes. The new row's slot in the pools holds NaN before (the
+    kernel must attend to the row it made, not to the pools'), as do the keys the mask
+    hides; layers that read an earlier layer's KV write nothing."""
+    import torch
+
+    from engines.pytorch import attention_kernel
+    from engines.pytorch.programs import _normed_attention
+
+    half, heads = torch.float16, 8
+    for head_dim, kv_len, length, window, writes in (
+        (64, 130, 90, 48, True),
+        (64, 300, 200, None, True),
+        (256, 64, 64, None, False),
+    ):
+        row = (heads + (2 if writes else 0)) * head_dim
+        qkv, n_q, n_k = rand(1, row, scale=2.0, dtype=half), rand(head_dim), rand(head_dim)
+        angles = torch.rand(1, head_dim // 2) * 6
+        cos = torch.cat([angles.cos()] * 2, dim=-1)
+        sin = torch.cat([angles.sin()] * 2, dim=-1)
+        positions = torch.tensor([length - 1])
+        k_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)
+        v_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)
+        keys = torch.arange(kv_len)[None, :]
+        hidden = keys > length - 1
+        if window:
+            hidden = hidden | (keys <= length - 1 - window)
+        hidden = hidden[:, None, None, :]
+
+        forms = {}  # the torch form in float32 (exact) and in float16 (products)
+        for dtype in (torch.float32, half):
+            pools = (k_pool.to(dtype).clone(), v_pool.to(dtype).clone())  # written to
+            attn = _normed_attention(
+                qkv.to(dtype), n_q.to(dtype), n_k.to(dtype), *pools, cos.to(dtype),
+                sin.to(dtype), hidden, torch.tensor([0]), positions, heads, head_dim, writes,
+                1.0, 1e-6, "matmul",
+            )  # fmt: skip
+            forms[dtype] = (attn, *pools)
+        exact = forms[torch.float32][0]
+        products, k_want, v_want = forms[half]
+        k_got, v_got = k_pool.clone(), v_pool.clone()
+        for pool in (k_got, v_got):
+            pool[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = float("nan")
+            if writes:
+                pool[0, :, length - 1] = float("nan")
+        got = attention_kernel.decode_attention_normed(
+            qkv, n_q, n_k, cos.to(half), sin.to(half), positions, k_got, v_got, hidden, heads,
+            writes, 1.0, 1e-6,
+        )  # fmt: skip
+        tag = f"normed attention d{head_dim} L{length}/{kv_len}" + (" writes" if writes else "")
+        record(tag, got, exact, products)
+        if writes:  # the new rows, to a rounding of the rotary's (torch rounds it thrice)
+            new = (k_got[0, :, length - 1], v_got[0, :, length - 1])
+            want = (k_want[0, :, length - 1], v_want[0, :, length - 1])
+            row_error = max(error(g, w.float()) for g, w in zip(new, want, strict=True))
+            out[f"{tag} new rows"] = {"error": row_error, "limit": 2e-3, "ok": row_error <= 2e-3}
 
 
 def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None:

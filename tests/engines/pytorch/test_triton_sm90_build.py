@@ -107,6 +107,32 @@ def test_the_l2_prefetch_asks_before_it_waits() -> None:
     assert 0 <= asks < ptx.find("griddepcontrol.wait")
 
 
+@pytest.mark.parametrize("writes_kv", [True, False])
+@pytest.mark.parametrize(("head_dim", "block_l"), [(256, 32), (512, 64)])
+def test_the_normed_attention_kernel_builds_for_sm90(
+    head_dim: int, block_l: int, writes_kv: bool
+) -> None:
+    """Where the layer writes KV, the block's keys are loaded before the wait (the
+    layer's own pools, written by earlier steps); where it reads an earlier layer's, after."""
+    from engines.pytorch import triton_attention as attention
+
+    constants = {"HEADS": 8, "KV_HEADS": 1, "GROUP": 8, "BLOCK_G": 16, "D": head_dim}
+    constants |= {"BLOCK_L": block_l, "SCALED": False, "WRITES_KV": writes_kv, "PDL": True}
+    signature = {name: "*bf16" for name in ("qkv_ptr", "nq_ptr", "nk_ptr", "cos_ptr", "sin_ptr")}
+    signature |= {"pos_ptr": "*i64", "k_ptr": "*bf16", "v_ptr": "*bf16", "hidden_ptr": "*u8"}
+    signature |= {"acc_ptr": "*fp32", "max_ptr": "*fp32", "sum_ptr": "*fp32"}
+    signature |= dict.fromkeys(
+        ("kv_len", "stride_kh", "stride_kl", "stride_vh", "stride_vl"), "i32"
+    ) | {"scale": "fp32", "eps": "fp32"}
+    signature |= dict.fromkeys(constants, "constexpr")
+    fn = attention.attention_partial_normed
+    source = ASTSource(fn=fn, signature=signature, constexprs=constants)
+    ptx = triton.compile(source, target=H200, options=PDL).asm["ptx"]
+    wait = ptx.find("griddepcontrol.wait")
+    first_load = ptx.find("ld.global")
+    assert wait >= 0 and (first_load < wait) == writes_kv
+
+
 def _int4_signature(names: tuple[str, ...], ints: tuple[str, ...]) -> dict[str, str]:
     signature = {name: "*bf16" for name in names}
     signature |= {"wq_ptr": "*i32", "part_ptr": "*fp32", "count_ptr": "*i32"}
