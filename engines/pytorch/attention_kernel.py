@@ -52,9 +52,11 @@ def _kernels() -> tuple[Any, Any, Any]:
 
 def _launch(
     partial: Any, args: tuple[Any, ...], kv_heads: int, group: int, dv: int, kv_len: int,
-    dtype: torch.dtype, device: torch.device, **meta: Any,
+    dtype: torch.dtype, device: torch.device, *, strides: tuple[int, ...],
+    scalars: tuple[float, ...], **constants: Any,
 ) -> torch.Tensor:  # fmt: skip
-    """A split-KV kernel over blocks of the keys (`args` first), then the combine."""
+    """A split-KV kernel over blocks of the keys, then the combine: `partial` takes `args`,
+    its partial outputs, the KV length, `strides`, `scalars`, then `constants` (D, ...)."""
     _partial, _normed, combine = _kernels()
     pdl = dependent_launch.enabled(device)
     block_l = 32 if kv_len <= 2048 else 64
@@ -70,15 +72,15 @@ def _launch(
         top,
         total,
         kv_len,
-        *meta.pop("strides"),
-        *meta.pop("scalars"),
+        *strides,
+        *scalars,
         GROUP=group,
         BLOCK_G=block_g,
         BLOCK_L=block_l,
         PDL=pdl,
-        num_warps=8 if max(meta["D"], dv) >= 512 else 4,
+        num_warps=8 if max(constants["D"], dv) >= 512 else 4,
         launch_pdl=pdl,
-        **meta,
+        **constants,
     )
     # As many blocks a pass as fit 64 floats a thread of the 8 warps (16K of the tile).
     block_s = min(max(1, 16384 // dv), 1 << (blocks - 1).bit_length())
