@@ -1,4 +1,5 @@
 """The Triton source of the engine's batch-1 split-KV decode attention (`attention_partial`,
+or `attention_partial_normed` from the q/k/v projection's raw row, then
 `attention_combine`), driven by `attention_kernel`, whose docstring says what they compute
 and why. Imported only when a CUDA batch-1 call needs them; under `TRITON_INTERPRET=1` they
 run on the CPU (`tests/engines/pytorch/test_triton_interpreter.py`).
