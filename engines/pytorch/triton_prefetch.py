@@ -1,13 +1,13 @@
 """The Triton source of `l2_prefetch`'s kernel: byte ranges asked into the GPU's L2
 cache ahead of the products that read them, and the activations passed through.
 
-Each thread asks for one PIECE of a range with one bulk prefetch (`cp.async.bulk.
-prefetch.L2`, compute capability 9.0 and later: a hint the copy engine serves without
-registers, shared memory or a wait; the compiler issues a warp's 32 one after another),
-before the kernel waits on the one before it (dependent launch), so the bytes start to
-stream while that kernel still runs. Then the
-programs copy x to y: the copy is the op's output, which orders it in a traced graph.
-Under Triton's interpreter (the CPU tests) the prefetch is skipped and only the copy runs.
+Each thread asks for one PIECE of a range with one bulk prefetch
+(`cp.async.bulk.prefetch.L2`, compute capability 9.0 and later: a hint the copy engine
+serves without registers, shared memory or a wait; the compiler issues a warp's 32 one
+after another), before the kernel waits on the one before it (dependent launch), so the
+bytes start to stream while that kernel still runs. Then the programs copy x to y: the
+copy is the op's output, which orders it in a traced graph. Under Triton's interpreter
+(the CPU tests) the prefetch is skipped and only the copy runs.
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
