@@ -124,6 +124,7 @@ def copy_log(source: Path | None, dest: Path, *, note: str = "") -> None:
     """
     head = [note] if note else []
     body = b""
+    left_out = 0
     if source is None:
         head.append("no build log: the binary was not built here")
     else:
@@ -144,8 +145,8 @@ def copy_log(source: Path | None, dest: Path, *, note: str = "") -> None:
             head.append(f"build log {source} unreadable: {e}")
         else:
             head.append(f"build log {source}")
-            if size > LOG_COPY_MAX_BYTES:
-                head.append(f"({size - len(first) - len(last)} bytes of its middle left out)")
+            if left_out:
+                head.append(f"({left_out} bytes of its middle left out)")
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     tmp.write_bytes("".join(f"# {line}\n" for line in head).encode() + body)
