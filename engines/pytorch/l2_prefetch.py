@@ -48,7 +48,7 @@ def _kernel() -> Any:
 
 def supported(device: torch.device) -> bool:
     """Whether the device has bulk prefetches (CUDA, compute capability 9.0 or later)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    return dependent_launch.sm90_or_later(device)
 
 
 def _launch(x: torch.Tensor, words: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
