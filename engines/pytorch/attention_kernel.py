@@ -44,10 +44,10 @@ from engines.pytorch import dependent_launch
 
 
 @functools.cache
-def _kernels() -> tuple[Any, Any, Any]:
-    from engines.pytorch import triton_attention as kernels
+def _kernels() -> Any:
+    from engines.pytorch import triton_attention
 
-    return kernels.attention_partial, kernels.attention_partial_normed, kernels.attention_combine
+    return triton_attention
 
 
 def _launch(
@@ -57,7 +57,6 @@ def _launch(
 ) -> torch.Tensor:  # fmt: skip
     """A split-KV kernel over blocks of the keys, then the combine: `partial` takes `args`,
     its partial outputs, the KV length, `strides`, `scalars`, then `constants` (D, ...)."""
-    _partial, _normed, combine = _kernels()
     pdl = dependent_launch.enabled(device)
     block_l = 32 if kv_len <= 2048 else 64
     blocks = -(-kv_len // block_l)
@@ -84,7 +83,7 @@ def _launch(
     )
     # As many blocks a pass as fit 64 floats a thread of the 8 warps (16K of the tile).
     block_s = min(max(1, 16384 // dv), 1 << (blocks - 1).bit_length())
-    combine[(kv_heads * group,)](
+    _kernels().attention_combine[(kv_heads * group,)](
         acc,
         top,
         total,
@@ -109,14 +108,14 @@ def _strides(k0: torch.Tensor, v0: torch.Tensor) -> tuple[int, int, int, int]:
 def _decode_attention_op(
     q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, hidden: torch.Tensor, scale: float
 ) -> torch.Tensor:
-    partial, _normed, _combine = _kernels()
     _rows, kv_heads, group, head_dim = q.shape
     dv = v_pool.shape[-1]
     k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
     args = (q.contiguous(), k0, v0, hidden.reshape(-1).view(torch.uint8))
     return _launch(
-        partial, args, kv_heads, group, dv, hidden.shape[-1], q.dtype, q.device,
-        strides=_strides(k0, v0), scalars=(scale,), D=head_dim, DV=dv, SCALED=scale != 1.0,
+        _kernels().attention_partial, args, kv_heads, group, dv, hidden.shape[-1], q.dtype,
+        q.device, strides=_strides(k0, v0), scalars=(scale,), D=head_dim, DV=dv,
+        SCALED=scale != 1.0,
     )  # fmt: skip
 
 
@@ -152,15 +151,14 @@ def decode_attention_normed(
     written to slot 0 of the pools at `positions[0]`. The same arithmetic as the
     program's torch form to rounding: float32, rounded where torch.rms_norm and the
     rotary's output are."""
-    _partial, normed, _combine = _kernels()
     kv_heads, head_dim = k_pool.shape[1], k_pool.shape[-1]
     k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
     args = (qkv.contiguous(), q_norm, k_norm, cos.contiguous(), sin.contiguous(), positions,
             k0, v0, hidden.reshape(-1).view(torch.uint8))  # fmt: skip
     return _launch(
-        normed, args, kv_heads, heads // kv_heads, head_dim, hidden.shape[-1], qkv.dtype,
-        qkv.device, strides=_strides(k0, v0), scalars=(scale, eps), HEADS=heads,
-        KV_HEADS=kv_heads, D=head_dim, SCALED=scale != 1.0, WRITES_KV=writes_kv,
+        _kernels().attention_partial_normed, args, kv_heads, heads // kv_heads, head_dim,
+        hidden.shape[-1], qkv.dtype, qkv.device, strides=_strides(k0, v0), scalars=(scale, eps),
+        HEADS=heads, KV_HEADS=kv_heads, D=head_dim, SCALED=scale != 1.0, WRITES_KV=writes_kv,
     )  # fmt: skip
 
 
