@@ -249,23 +249,36 @@ def _checks(part: str) -> dict[str, dict[str, Any]]:
         q = rand(1, 1, 8, head_dim, dtype=half)
         k_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)
         v_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)
-        keys_pos = torch.arange(kv_len)[None, :]
-        hidden = keys_pos > length - 1
-        if window:
-            hidden = hidden | (keys_pos <= length - 1 - window)
-        hidden = hidden[:, None, None, :]
-        k_pool[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = 0.0
-        v_pool[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = 0.0
+        hidden = _hidden(kv_len, length, window)
+        _fill_hidden(k_pool, hidden, 0.0)
+        _fill_hidden(v_pool, hidden, 0.0)
         keys, values = k_pool[:1, :, :kv_len], v_pool[:1, :, :kv_len]
         exact = _attend(q.float(), keys.float(), values.float(), hidden, 1.0, False)
         products = _attend(q, keys, values, hidden, 1.0, False)
         k_nan, v_nan = k_pool.clone(), v_pool.clone()
-        k_nan[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = float("nan")
-        v_nan[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = float("nan")
+        _fill_hidden(k_nan, hidden, float("nan"))
+        _fill_hidden(v_nan, hidden, float("nan"))
         got = attention_kernel._decode_attention_op(q, k_nan, v_nan, hidden, 1.0)
         record(f"attention d{head_dim} L{length}/{kv_len}", got, exact, products)
     _normed_attention_checks(rand, error, record, out)
     return out
+
+
+def _hidden(kv_len: int, length: int, window: int | None) -> Any:
+    """(1, 1, 1, kv_len) True where the row at position length - 1 may not look."""
+    import torch
+
+    keys = torch.arange(kv_len)[None, :]
+    hidden = keys > length - 1
+    if window:
+        hidden = hidden | (keys <= length - 1 - window)
+    return hidden[:, None, None, :]
+
+
+def _fill_hidden(pool: Any, hidden: Any, value: float) -> None:
+    """Slot 0's keys the mask hides, set to `value` (NaN: a kernel that reads one shows it)."""
+    kv_len = hidden.shape[-1]
+    pool[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = value
 
 
 def _normed_attention_checks(rand: Any, error: Any, record: Any, out: dict[str, Any]) -> None:
@@ -287,18 +300,13 @@ def _normed_attention_checks(rand: Any, error: Any, record: Any, out: dict[str, 
     ):
         row = (heads + (2 if writes else 0)) * head_dim
         qkv, n_q, n_k = rand(1, row, scale=2.0, dtype=half), rand(head_dim), rand(head_dim)
-        angles = torch.rand(1, head_dim // 2) * 6
+        angles = rand(1, head_dim // 2, scale=3.0, dtype=torch.float32)  # seeded
         cos = torch.cat([angles.cos()] * 2, dim=-1)
         sin = torch.cat([angles.sin()] * 2, dim=-1)
         positions = torch.tensor([length - 1])
         k_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)
         v_pool = rand(2, 1, kv_len + 9, head_dim, dtype=half)
-        keys = torch.arange(kv_len)[None, :]
-        hidden = keys > length - 1
-        if window:
-            hidden = hidden | (keys <= length - 1 - window)
-        hidden = hidden[:, None, None, :]
-
+        hidden = _hidden(kv_len, length, window)
         forms = {}  # the torch form in float32 (exact) and in float16 (products)
         for dtype in (torch.float32, half):
             pools = (k_pool.to(dtype).clone(), v_pool.to(dtype).clone())  # written to
@@ -312,7 +320,7 @@ def _normed_attention_checks(rand: Any, error: Any, record: Any, out: dict[str, 
         products, k_want, v_want = forms[half]
         k_got, v_got = k_pool.clone(), v_pool.clone()
         for pool in (k_got, v_got):
-            pool[:1, :, :kv_len][hidden.expand(1, 1, 1, kv_len)[0]] = float("nan")
+            _fill_hidden(pool, hidden, float("nan"))
             if writes:
                 pool[0, :, length - 1] = float("nan")
         got = attention_kernel.decode_attention_normed(
