@@ -94,7 +94,11 @@ def test_the_normed_kernel_matches_the_torch_form_within_its_rounding(
 
     heads, capacity, position = 8, kv_len + 37, kv_len - 1
     qkv = rand(1, (heads + (2 if writes_kv else 0)) * head_dim) * 2
-    n_q, n_k = rand(head_dim), rand(head_dim)
+    # Norm weights of a quarter keep the logits' spread near 1 (scale 1, as Gemma 4's). At
+    # full weights it is about 22 at head_dim 512: the softmax is then near an argmax that
+    # one rounding of q flips, and the torch form and the kernel (which rounds q once
+    # where torch.rms_norm and the rotary round twice) each lose that lottery at times.
+    n_q, n_k = rand(head_dim) / 4, rand(head_dim) / 4
     angles = torch.rand(1, head_dim // 2, device="cuda", generator=gen) * 6
     cos = torch.cat([angles.cos()] * 2, dim=-1).to(torch.bfloat16)
     sin = torch.cat([angles.sin()] * 2, dim=-1).to(torch.bfloat16)
@@ -128,16 +132,18 @@ def test_the_normed_kernel_matches_the_torch_form_within_its_rounding(
 
 def test_the_normed_kernel_serves_a_graphed_step_as_the_separate_one_does() -> None:
     """tiny-gemma4 (sliding and full layers, layers that read an earlier layer's KV) at batch
-    1 through CUDA graphs, 24 greedy steps: the normed kernel's logits against those of
-    the torch norms and rotary before the plain kernel, to bf16 rounding."""
+    1 through CUDA graphs, 24 steps: the normed kernel's logits stay as near the float32
+    model's as those of the torch norms and rotary before the plain kernel. The bf16 forms
+    drift apart over the steps (each about 0.15 of the largest logit from float32 by the
+    24th on an H200), so each is held to float32, not to the other."""
     from engines.pytorch.model import load_model
     from engines.pytorch.runner import ModelRunner
 
     prompt = [257, *range(40, 70)]  # past tiny-gemma4's 16-token sliding window
 
-    def decode(form: str) -> torch.Tensor:
+    def decode(form: str, dtype: str = "bfloat16") -> torch.Tensor:
         runner = ModelRunner(
-            load_model("random:tiny-gemma4", device="cuda", seed=0),
+            load_model("random:tiny-gemma4", device="cuda", seed=0, dtype=dtype),
             num_slots=2, batch_invariant=False, batched_decode=True, cuda_graphs=True,
             fused_norms=True, decode_program=True, triton_gemv=True, attention_form=form,
         )  # fmt: skip
@@ -147,7 +153,8 @@ def test_the_normed_kernel_serves_a_graphed_step_as_the_separate_one_does() -> N
         ]  # the same tokens in both: the forms may round a greedy choice apart
         return torch.cat(steps).float()
 
-    normed, separate = decode("normed-kernel"), decode("kernel")
-    shown = torch.isfinite(separate)
-    assert torch.equal(shown, torch.isfinite(normed))
-    assert _error(normed[shown], separate[shown]) <= 2e-2
+    normed, separate, exact = decode("normed-kernel"), decode("kernel"), decode("matmul", "float32")
+    shown = torch.isfinite(exact)
+    for form in (normed, separate):
+        assert torch.equal(shown, torch.isfinite(form))
+    assert _error(normed[shown], exact[shown]) <= 1.5 * _error(separate[shown], exact[shown])
