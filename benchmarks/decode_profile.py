@@ -44,7 +44,6 @@ PROMPT = "The quick brown fox jumps over the lazy dog. " * 12  # about 128 token
 # torch.compile generated (norms, rotary, residuals fused), torch's own ops, copies.
 KINDS = (
     ("products", re.compile(r"gemv|matmul_int4|dequantize_int4|nvjet|gemm")),
-    ("L2 prefetch", re.compile(r"prefetch_l2")),
     ("attention", re.compile(r"attention")),
     ("compiled (fused)", re.compile(r"^triton_")),
     ("sampling", re.compile(r"sort|topk|argmax|multinomial|softmax|exponential", re.I)),

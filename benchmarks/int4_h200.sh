@@ -28,26 +28,22 @@
 #           with SWEEP_FLAGS (--focused: retune from the shipped table), writing each
 #           shape's best into $OUT/int4_configs.json (the engine's pinned table, with its
 #           other entries);
-#   l2:     the L2 prefetch's CUDA tests, then the model step at batch 1, 8 and 64
-#           (stepbench, as in steps) in bf16 and in int4 with each layer asking L2 for
-#           its weights (`engines.pytorch.l2_prefetch`) off, at the layer's start and
-#           after attention, at L2_MB (default 24), at 40 MB and at one row's worth
-#           (the kernel's own cost; about 7 minutes);
 #   attention: the attention kernels' CUDA tests, then the served int4 step profiled with
 #           the q/k norms, rotary and KV write as compiled torch ops before the attention
-#           kernel and inside it (`--attention-form normed-kernel`; about 6 minutes);
+#           kernel (`--attention-form kernel`) and inside it (the default,
+#           `normed-kernel`; about 6 minutes);
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
 #           no projections benchmark); the autotuner's choices carry over through
 #           Triton's disk cache.
 # INT4_FLAGS: more engine flags for the int4 side of server and profile (for example
-# "--int4-l2-prefetch layer").
+# "--attention-form kernel").
 # Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh);
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|prefill|sweep|table|l2|attention|all
+#     steps|server|server-int4|profile|profile-tables|prefill|sweep|table|attention|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -59,7 +55,7 @@ fi
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem,power.limit --format=csv,noheader
 STEP_FLAGS="--model random:gemma-4-e2b --decode-attention batched --cuda-graphs on \
-  --fused-norms on --decode-program on --triton-gemv on --attention-form kernel"
+  --fused-norms on --decode-program on --triton-gemv on"
 left() { echo $(( ${BUDGET_S:-540} - SECONDS )); }
 case "${1:-steps}" in
 sweep)
@@ -88,38 +84,6 @@ table)
     --rows "${ROWS:-1,8,64}" --budget-s "${SWEEP_S:-400}" --out "$OUT/sweep.json" \
     --table "$OUT/int4_configs.json" ${SWEEP_FLAGS:-} > "$OUT/sweep.log" 2>&1
   echo "sweep exit: $? at ${SECONDS}s"; grep "^rows\|^\[" "$OUT/sweep.log"
-  ;;
-l2)
-  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_l2_prefetch.py \
-    > "$OUT/cuda-tests.log" 2>&1
-  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
-  MB="${L2_MB:-24}"
-  # A budget of one row (0.0002 MB) runs the kernel and asks for almost nothing: its cost
-  # in the chain, apart from what the prefetch gains.
-  for variant in "none off $MB" "w4a16 off $MB" "w4a16 layer 0.0002" "w4a16 layer $MB" \
-      "w4a16 attention $MB" "w4a16 layer 40"; do
-    read -r q place mb <<< "$variant"
-    # shellcheck disable=SC2086
-    timeout 100 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1,8,64 \
-      --quantize "$q" --int4-l2-prefetch "$place" --int4-l2-prefetch-mb "$mb" \
-      --check-tokens 24 --out "$OUT/step-$q-$place-$mb.json" > "$OUT/step-$q-$place-$mb.log" 2>&1
-    echo "step $q $place $mb MB exit: $? at ${SECONDS}s"
-  done
-  python3 - "$OUT" <<'PY'
-import glob, json, sys
-rows = []
-for path in sorted(glob.glob(f"{sys.argv[1]}/step-*.json")):
-    d = json.load(open(path))
-    steps = {r["batch"]: r["decode_step_ms_median"] for r in d["decode"]}
-    rows.append((path.rsplit("/", 1)[1][5:-5], steps, d.get("greedy_tokens_batch1")))
-print("| variant | step ms at 1 / 8 / 64 | tokens as int4 off |")
-print("| --- | --- | --- |")
-tokens = {name: t for name, _, t in rows}
-off = next((t for name, t in tokens.items() if name.startswith("w4a16-off")), None)
-for name, steps, t in rows:
-    shown = " / ".join(f"{steps.get(b, float('nan')):.3f}" for b in (1, 8, 64))
-    print(f"| {name} | {shown} | {t == off} |")
-PY
   ;;
 all)
   if [ -z "${SKIP_LAYERS:-}" ]; then
@@ -180,7 +144,7 @@ steps)
   for q in none w4a16; do
     timeout 150 python3 -m engines.pytorch.stepbench --model random:gemma-4-e2b \
       --batches 1,8,64 --decode-attention batched --cuda-graphs on --fused-norms on \
-      --decode-program on --triton-gemv on --attention-form kernel --quantize "$q" \
+      --decode-program on --triton-gemv on --quantize "$q" \
       --check-tokens 24 --profile --out "$OUT/step-$q.json" > "$OUT/step-$q.log" 2>&1
     echo "step $q exit: $?"; tail -3 "$OUT/step-$q.log" | cut -c1-400
   done
@@ -197,8 +161,8 @@ attention)
     > "$OUT/cuda-tests.log" 2>&1
   echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
   timeout "${TMO:-420}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
-    --variant kernel="--quantize w4a16 ${INT4_FLAGS:-}" \
-    --variant normed="--quantize w4a16 --attention-form normed-kernel ${INT4_FLAGS:-}" \
+    --variant kernel="--quantize w4a16 --attention-form kernel ${INT4_FLAGS:-}" \
+    --variant normed="--quantize w4a16 ${INT4_FLAGS:-}" \
     > "$OUT/dp.log" 2>&1
   echo "decode profile exit: $? at ${SECONDS}s"
   tail -8 "$OUT/dp.log"

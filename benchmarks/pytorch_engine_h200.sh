@@ -32,7 +32,7 @@ STEP_MODES=step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused,ste
 STEP_MODES=$STEP_MODES,step_program_graphs,step_program_graphs_gemv
 timeout 340 python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$STEP_MODES" \
   --levels 1,8,64 --compile-batches 1 --budget-s 330 \
-  --step-variant shipped="--attention-form kernel" \
+  --step-variant shipped="" \
   --step-variant nopdl="--dependent-launch off" \
   --server-args "--profile-dir $OUT/eng/profile" > "$OUT/bench.log" 2>&1
 echo "benchmark exit: $?"

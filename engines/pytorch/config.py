@@ -9,8 +9,6 @@ from dataclasses import dataclass
 DEFAULT_PORT = 8100
 # How the decode program attends (engines.pytorch.programs).
 ATTENTION_FORMS = ("matmul", "reduction", "kernel", "normed-kernel")
-# Where a decode-program layer asks L2 for its int4 weights (engines.pytorch.l2_prefetch).
-L2_PREFETCH_PLACES = ("off", "layer", "attention")
 
 
 @dataclass(frozen=True)
@@ -33,10 +31,8 @@ class EngineConfig:
     fused_norms: str = "auto"  # auto: on for CUDA
     decode_program: str = "auto"  # auto: the model's own decode step where decode is batched
     gemv_kernel: str = "auto"  # batch-1 projections of the decode program (auto: triton on CUDA)
-    attention_form: str = "kernel"  # decode program attention: one of ATTENTION_FORMS
+    attention_form: str = "normed-kernel"  # decode program attention: one of ATTENTION_FORMS
     dependent_launch: str = "auto"  # batch-1 Triton kernels as PDL dependents (auto: sm_90+)
-    int4_l2_prefetch: str = "off"  # where each layer asks L2 for its int4 weights
-    int4_l2_prefetch_mb: float = 24.0
     compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
     async_decode: str = "on"  # queue step n+1 before reading step n (batched decode only)
@@ -204,10 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--attention-form",
         choices=ATTENTION_FORMS,
         default=EngineConfig.attention_form,
-        help="decode program attention: at batch 1 one split-KV Triton kernel and a combine "
-        "(engines.pytorch.attention_kernel; other batch sizes and the CPU keep the "
-        "products), the same with the q/k norms, rotary and KV write in the kernel "
-        "(normed-kernel), as matrix products, or as reductions that torch.compile fuses",
+        help="decode program attention: at batch 1 one split-KV Triton kernel that also "
+        "makes the q/k norms, rotary and KV write, and a combine (normed-kernel; "
+        "engines.pytorch.attention_kernel; other batch sizes and the CPU keep the "
+        "products), the same kernel after compiled norms and rotary (kernel), as matrix "
+        "products, or as reductions that torch.compile fuses",
     )
     p.add_argument(
         "--dependent-launch",
@@ -216,20 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="launch the batch-1 Triton kernels as programmatic dependents of the kernel "
         "before them, so each fetches its first weights while that one drains "
         "(engines.pytorch.dependent_launch; auto: on where the GPU has it, sm_90 and later)",
-    )
-    p.add_argument(
-        "--int4-l2-prefetch",
-        choices=L2_PREFETCH_PLACES,
-        default=EngineConfig.int4_l2_prefetch,
-        help="decode program, int4 weights in layer blocks, sm_90 and later: each layer asks "
-        "the L2 cache for its weights, at its start or after attention, so its products "
-        "read L2 (engines.pytorch.l2_prefetch)",
-    )
-    p.add_argument(
-        "--int4-l2-prefetch-mb",
-        type=float,
-        default=EngineConfig.int4_l2_prefetch_mb,
-        help="MB of its int4 weights each layer asks L2 for at most",
     )
     p.add_argument(
         "--compile-mode",

@@ -30,13 +30,7 @@ def configure(enabled: bool) -> None:
 
 def enabled(device: torch.device) -> bool:
     """Launch this device's kernels as programmatic dependents?"""
-    return _requested and sm90_or_later(device)
-
-
-def sm90_or_later(device: torch.device) -> bool:
-    """A CUDA device of compute capability 9.0 or later (what dependent launch and the
-    bulk copies of `l2_prefetch` need)."""
-    return device.type == "cuda" and _capable(device.index)
+    return _requested and device.type == "cuda" and _capable(device.index)
 
 
 @functools.cache

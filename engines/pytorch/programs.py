@@ -36,11 +36,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from contract.errors import BenchError
-from engines.pytorch import attention_kernel, int4, int4_blocks, kernels, l2_prefetch
+from engines.pytorch import attention_kernel, int4, int4_blocks, kernels
 from engines.pytorch.config import ATTENTION_FORMS
 from engines.pytorch.kernels import Weight
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
-from engines.pytorch.l2_prefetch import DEFAULT_MB as L2_PREFETCH_MB
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +117,6 @@ class Gemma4Layer:
     norms: tuple[torch.Tensor, ...]  # input, q, k, post_attn, pre_ff, post_ff, post_ple
     layer_scalar: torch.Tensor
     scale: float
-    # Int4 words and scales the layer asks L2 for (`l2_prefetch`), and where.
-    l2_ranges: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def gemma4_layer(
@@ -144,8 +141,6 @@ def gemma4_layer(
     fused_gemv: bool = False,
     attention_form: str = "matmul",
     gemv_epilogues: bool = False,
-    l2_ranges: tuple[torch.Tensor, torch.Tensor] | None = None,
-    l2_place: str = "off",
 ) -> torch.Tensor:
     """One Gemma 4 decoder layer for a batch of single tokens: x (rows, hidden) ->
     (rows, hidden). Pure function of its arguments (what torch.compile caches per kind).
@@ -164,15 +159,11 @@ def gemma4_layer(
     anything else through the products; "normed-kernel" also makes the q/k norms, rotary
     and the KV write part of that kernel (`decode_attention_normed`); "reduction" see
     `_attend`.
-    `l2_ranges`, `l2_place`: int4 weights asked into L2 at the layer's start or after
-    attention (`l2_prefetch`).
     """
     w_qkv, w_o, w_gate_up, w_down, w_ple_gate, w_ple_proj = weights
     n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
     rows, width = x.shape
 
-    if l2_place == "layer":
-        x = l2_prefetch.prefetch(x, l2_ranges)
     qkv = kernels.norm_linear(x, n_in, eps, w_qkv, fused_gemv, post_scale=gemv_epilogues)
     if attention_form == "normed-kernel" and attention_kernel.use_normed_kernel(
         qkv, k_pool, v_pool
@@ -186,8 +177,6 @@ def gemma4_layer(
             qkv, n_q, n_k, k_pool, v_pool, cos, sin, hidden, slot_index, positions, heads,
             head_dim, writes_kv, scale, eps, attention_form,
         )  # fmt: skip
-    if l2_place == "attention":
-        attn = l2_prefetch.prefetch(attn, l2_ranges)
     if gemv_epilogues:
         x = kernels.linear_residual(
             attn.reshape(rows, -1), w_o, x, n_post_attn, None, eps, fused_gemv
@@ -344,16 +333,13 @@ class ProgramOptions:
     `attention_form`: "matmul" or "reduction" (see `_attend`; only when compiled), or
     "kernel" (`attention_kernel` at batch 1, the products otherwise), or "normed-kernel"
     (the same with the q/k norms, rotary and KV write in the kernel); `gemv_epilogues`:
-    see `gemma4_layer` (with `triton_gemv`); `l2_prefetch`, `l2_prefetch_mb`: where each
-    layer asks L2 for its int4 weights and how much (`l2_prefetch`; int4 on sm_90+)."""
+    see `gemma4_layer` (with `triton_gemv`)."""
 
     compile_mode: str | None = None
     triton_gemv: bool = False
     attention_form: str = "matmul"
     gemv_epilogues: bool = True
     compile_backend: str = "inductor"  # aot_eager: traced as in serving, no code generated
-    l2_prefetch: str = "off"
-    l2_prefetch_mb: float = L2_PREFETCH_MB
 
 
 class Gemma4DecodeProgram:
@@ -406,16 +392,7 @@ class Gemma4DecodeProgram:
             for layer_type in sorted(set(config.layer_types)):
                 cos, sin = text.rotary_emb(probe, positions, layer_type)
                 self.rotary[layer_type] = (cos[0].contiguous(), sin[0].contiguous())
-        if options.l2_prefetch not in l2_prefetch.PLACES:
-            raise ValueError(f"unknown L2 prefetch place {options.l2_prefetch!r}")
-        self.l2_place = options.l2_prefetch
-        if self.l2_place != "off" and not l2_prefetch.supported(device):
-            log.info("L2 prefetch off: %s has no bulk prefetches (sm_90 and later)", device)
-            self.l2_place = "off"
-        self.layers = [
-            self._layer(i, text, config, self.l2_place, options.l2_prefetch_mb)
-            for i in range(len(text.layers))
-        ]
+        self.layers = [self._layer(i, text, config) for i in range(len(text.layers))]
         for layer in self.layers:
             if layer.writes_kv:
                 cache.allocate(layer.index, layer.kv_heads, layer.head_dim, dtype)
@@ -454,15 +431,6 @@ class Gemma4DecodeProgram:
             else "",
             f", attention: {self.attention_form}",
         )
-        if self.l2_place != "off":
-            asked = [layer.l2_ranges for layer in self.layers if layer.l2_ranges is not None]
-            most = max((sum(t.numel() * t.element_size() for t in r) for r in asked), default=0)
-            log.info(
-                "L2 prefetch: %d layers ask for their int4 weights (%s), %.1f MB at most",
-                len(asked),
-                self.l2_place,
-                most / 1e6,
-            )
 
     @staticmethod
     def _check_supported(config: object, text: Any) -> None:
@@ -481,11 +449,9 @@ class Gemma4DecodeProgram:
             raise UnsupportedModel(", ".join(problems))
 
     @staticmethod
-    def _layer(index: int, text: Any, config: Any, l2_place: str, l2_mb: float) -> Gemma4Layer:
+    def _layer(index: int, text: Any, config: Any) -> Gemma4Layer:
         layer = text.layers[index]
         attn = layer.self_attn
-        # What the layer asks L2 for starts at the first product after the place.
-        l2_first = {"layer": attn.q_proj, "attention": attn.o_proj}.get(l2_place)
         mlp = layer.mlp
         head_dim = attn.head_dim
         heads = attn.q_proj.out_features // head_dim
@@ -526,7 +492,6 @@ class Gemma4DecodeProgram:
             ),
             layer_scalar=layer.layer_scalar,
             scale=float(attn.scaling),
-            l2_ranges=None if l2_first is None else l2_prefetch.layer_ranges(l2_first, l2_mb),
         )
 
     def step(
@@ -584,8 +549,6 @@ class Gemma4DecodeProgram:
                 self.fused_gemv,
                 self.attention_form,
                 self.gemv_epilogues,
-                layer.l2_ranges,
-                self.l2_place if layer.l2_ranges is not None else "off",
             )
         return self._head_fn(
             x,

@@ -56,7 +56,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from engines.pytorch import dependent_launch as launch
-from engines.pytorch import l2_prefetch
 from engines.pytorch.fused import fuse_rms_norms
 from engines.pytorch.graphs import (
     POSITIONS,
@@ -192,8 +191,6 @@ class ModelRunner:
         gemv_epilogues: bool = True,
         compile_without_program: bool = True,
         dependent_launch: bool = True,
-        l2_prefetch: str = "off",
-        l2_prefetch_mb: float = l2_prefetch.DEFAULT_MB,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -239,12 +236,7 @@ class ModelRunner:
         self.program = None
         if decode_program and batched_decode:
             options = ProgramOptions(
-                compile_mode,
-                triton_gemv,
-                attention_form,
-                gemv_epilogues=gemv_epilogues,
-                l2_prefetch=l2_prefetch,
-                l2_prefetch_mb=l2_prefetch_mb,
+                compile_mode, triton_gemv, attention_form, gemv_epilogues=gemv_epilogues
             )
             self.program = program_for(self.model, self.cache, loaded.max_model_len, options)
         if compile_mode is not None and self.program is None and compile_without_program:

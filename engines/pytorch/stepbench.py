@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from engines.pytorch import int4, kernels, l2_prefetch
-from engines.pytorch.config import ATTENTION_FORMS
+from engines.pytorch import int4, kernels
+from engines.pytorch.config import ATTENTION_FORMS, EngineConfig
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 
@@ -271,7 +271,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default="off",
         help="batch-1 projections of the decode program through the Triton kernel",
     )
-    p.add_argument("--attention-form", choices=ATTENTION_FORMS, default="kernel")
+    p.add_argument(
+        "--attention-form", choices=ATTENTION_FORMS, default=EngineConfig.attention_form
+    )
     p.add_argument(
         "--gemv-fusion",
         choices=("prologue", "epilogue"),
@@ -280,13 +282,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "gates after the products that make them (engines.pytorch.kernels)",
     )
     p.add_argument("--dependent-launch", choices=("auto", "off"), default="auto")
-    p.add_argument(
-        "--int4-l2-prefetch",
-        choices=l2_prefetch.PLACES,
-        default="off",
-        help="where each layer asks L2 for its int4 weights (engines.pytorch.l2_prefetch)",
-    )
-    p.add_argument("--int4-l2-prefetch-mb", type=float, default=l2_prefetch.DEFAULT_MB)
     p.add_argument(
         "--check-tokens",
         type=int,
@@ -338,8 +333,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         attention_form=args.attention_form,
         gemv_epilogues=args.gemv_fusion == "epilogue",
         dependent_launch=args.dependent_launch == "auto",
-        l2_prefetch=args.int4_l2_prefetch,
-        l2_prefetch_mb=args.int4_l2_prefetch_mb,
     )
     result: dict[str, Any] = {
         "model": args.model,
@@ -353,7 +346,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "cuda_graphs": args.cuda_graphs,
         "fused_norms": args.fused_norms,
         "compile_mode": args.compile_mode,
-        "int4_l2_prefetch": f"{args.int4_l2_prefetch} {args.int4_l2_prefetch_mb} MB",
         "decode_program": runner.program is not None,
         "triton_gemv": args.triton_gemv,
         "attention_form": args.attention_form,

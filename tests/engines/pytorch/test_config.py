@@ -62,4 +62,4 @@ def test_decode_program_kernels_and_compile_default_to_cuda_only() -> None:
         "max-autotune-no-cudagraphs"
     )
     assert parse_args(["--attention-form", "reduction"]).attention_form == "reduction"
-    assert parse_args([]).attention_form == "kernel"  # at batch 1 on CUDA only
+    assert parse_args([]).attention_form == "normed-kernel"  # at batch 1 on CUDA only

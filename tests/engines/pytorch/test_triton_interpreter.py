@@ -222,16 +222,6 @@ def _checks(part: str) -> dict[str, dict[str, Any]]:
         tag = f" [{config.kwargs['BLOCK_N']}x{config.kwargs['BLOCK_K']}]"
         _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
 
-    # The L2 prefetch passes its activations through, bit for bit, from one row to a
-    # batch of 64 wider than its programs' copies (the prefetch itself is compiled only).
-    from engines.pytorch import l2_prefetch
-
-    words, scales = torch.zeros(3 * l2_prefetch.PIECE, dtype=torch.int32), rand(4096)
-    for rows, width in ((1, 300), (64, 1536)):
-        acts = rand(rows, width)
-        got = l2_prefetch._launch(acts, words, scales)  # what CUDA runs
-        out[f"l2 prefetch {rows}x{width}"] = {"ok": torch.equal(got, acts), "error": 0.0}
-
     # Attention in float16: the interpreter's bfloat16 tl.dot is not faithful.
     # 4,200 keys 512 wide: 66 blocks of 64, three passes of the combine (32 blocks each).
     # A KV bucket longer than the row (1,024 for 300 or 700 keys) hides whole blocks at

@@ -93,20 +93,6 @@ def test_attention_kernels_build_for_sm90(head_dim: int, block_l: int) -> None:
     assert "griddepcontrol.wait" in triton.compile(source, target=H200, options=PDL).asm["ptx"]
 
 
-def test_the_l2_prefetch_asks_before_it_waits() -> None:
-    from engines.pytorch import triton_prefetch
-
-    signature = {"x_ptr": "*bf16", "y_ptr": "*bf16", "numel": "i32", "words_ptr": "*i32"}
-    signature |= {"words_bytes": "i64", "scales_ptr": "*bf16", "scales_bytes": "i64"}
-    constants = {"PIECE": 16384, "LANES": 32, "BLOCK": 1024, "PDL": True}
-    signature |= dict.fromkeys(constants, "constexpr")
-    source = ASTSource(fn=triton_prefetch.prefetch_l2, signature=signature, constexprs=constants)
-    ptx = triton.compile(source, target=H200, options={**PDL, "num_warps": 1}).asm["ptx"]
-    asks = ptx.find("cp.async.bulk.prefetch.L2.global")
-    assert ptx.count("cp.async.bulk.prefetch.L2.global") == 2  # words, then scales
-    assert 0 <= asks < ptx.find("griddepcontrol.wait")
-
-
 @pytest.mark.parametrize("writes_kv", [True, False])
 @pytest.mark.parametrize(("head_dim", "block_l"), [(256, 32), (512, 64)])
 def test_the_normed_attention_kernel_builds_for_sm90(
