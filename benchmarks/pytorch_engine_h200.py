@@ -3,7 +3,8 @@ targets: batch 1 at least 50% of the roofline and 5x plain `generate()`, and agg
 decode at 64 concurrent requests at least 15x batch 1.
 
 Sections, each recorded even if a later one fails (`result.json` is rewritten after each):
-1. roofline: weight bytes streamed per decode step over device-to-device copy bandwidth
+1. roofline: weight bytes streamed per decode step (of the weights the server sweep
+   serves: int4 where `--server-args` quantizes) over device-to-device copy bandwidth
    measured in this run;
 2. transformers' plain `generate()` at batch 1 on the same model (greedy, SDPA, its own
    dynamic cache);
@@ -136,10 +137,26 @@ def environment() -> dict[str, Any]:
     }
 
 
-def roofline(loaded: LoadedModel) -> dict[str, Any]:
-    weight_bytes = streamed_weight_bytes(loaded.model)
+def served_quantization(server_flags: Sequence[str]) -> str:
+    """The `--quantize` the server sweep's flags ask for ("none" without one)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--quantize", default="none")
+    return str(parser.parse_known_args(list(server_flags))[0].quantize)
+
+
+def roofline(loaded: LoadedModel, model: str, quantize: str) -> dict[str, Any]:
+    """The roofline of the weights the server sweep serves: `loaded`'s, or where the server
+    quantizes, those of the same model loaded with `quantize` (for this section only)."""
+    if quantize == "none":
+        weight_bytes = streamed_weight_bytes(loaded.model)
+    else:
+        served = load_model(model, dtype="auto", device=str(loaded.device), quantize=quantize)
+        weight_bytes = streamed_weight_bytes(served.model)
+        del served
+        _free_cuda()
     bw = copy_bandwidth(loaded.device, nbytes=1 << 30 if loaded.device.type == "cuda" else 1 << 26)
     return {
+        "quantize": quantize,
         "weight_bytes_streamed": weight_bytes,
         "copy_bandwidth_gb_s": bw / 1e9,
         "roofline_step_ms": 1e3 * weight_bytes / bw,
@@ -353,7 +370,8 @@ def in_process(rec: Recorder, args: argparse.Namespace, skip: set[str]) -> None:
     """The sections that share one loaded model (freed on return, before the server)."""
     loaded = load_model(args.model, dtype="auto", device=args.device)
     on_cuda = loaded.device.type == "cuda"
-    rec.run("roofline", lambda: roofline(loaded))
+    quantize = served_quantization(shlex.split(args.server_args))
+    rec.run("roofline", lambda: roofline(loaded, args.model, quantize))
     if "generate" not in skip:
         rec.run("generate", lambda: generate_baseline(loaded, PROMPT_LEN, args.generate_tokens))
     # Fused norms change the model for good, so the unfused modes go first; the decode

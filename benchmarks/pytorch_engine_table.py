@@ -39,7 +39,8 @@ def table(data: dict[str, Any]) -> str:
     r_tok = roof.get("roofline_tok_s_batch1")
     if roof:
         lines.append(
-            f"| roofline | {roof['weight_bytes_streamed'] / 1e9:.2f} GB weights / "
+            f"| roofline ({roof.get('quantize', 'none')}) | "
+            f"{roof['weight_bytes_streamed'] / 1e9:.2f} GB weights / "
             f"{roof['copy_bandwidth_gb_s']:.0f} GB/s = {roof['roofline_step_ms']:.3f} ms/step "
             f"= {r_tok:.0f} tok/s at batch 1 |"
         )
