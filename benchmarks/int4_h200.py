@@ -7,9 +7,12 @@ First, the int4 kernels' results against dequantize-then-matmul on the GPU (each
 and the fused forms the decode program uses).
 
 Timings replay a CUDA graph of the products over enough weight copies (>= 256 MB) that
-the L2 cache cannot serve them (`benchmarks.gemv_h200`).
+the L2 cache cannot serve them (`benchmarks.gemv_h200`). With `--l2-resident` the graph
+launches as many products, all over one copy, which the L2 cache then serves (where it
+fits: an int4 weight up to about 40 MB): where a shape's time stays the same, its
+products are bound by something other than DRAM (launch, latency, instructions).
 
-    python -m benchmarks.int4_h200 [--out result.json] [--batches 1,8,64]
+    python -m benchmarks.int4_h200 [--out result.json] [--batches 1,8,64] [--l2-resident]
     python -m benchmarks.int4_h200 --dequantize   # the prefill's dense weights, two ways
 
 Prints a table; needs a CUDA device with Triton.
@@ -96,7 +99,14 @@ def correctness() -> list[dict[str, Any]]:
     return out
 
 
-def shape_times(n: int, k: int, rows: int) -> dict[str, Any]:
+def _copies(make: Callable[[], Any], count: int, l2_resident: bool) -> list[Any]:
+    """`count` weights to launch over: distinct copies, or one copy `count` times."""
+    if l2_resident:
+        return [make()] * count
+    return [make() for _ in range(count)]
+
+
+def shape_times(n: int, k: int, rows: int, l2_resident: bool = False) -> dict[str, Any]:
     dtype = torch.bfloat16
     dense_bytes = n * k * 2
     int4_bytes = n * k // 2 + n * (k // GROUP) * 2
@@ -104,17 +114,17 @@ def shape_times(n: int, k: int, rows: int) -> dict[str, Any]:
     x = torch.randn(rows, k, device="cuda", dtype=dtype)
     out: dict[str, Any] = {"N": n, "K": k, "rows": rows, "copies": copies}
     base = torch.randn(n, k, device="cuda", dtype=dtype) / k**0.5
-    ours = [int4.quantize(base, GROUP) for _ in range(1)]
-    ours = [(ours[0][0].clone(), ours[0][1].clone()) for _ in range(copies)]
+    packed, scale = int4.quantize(base, GROUP)
+    ours = _copies(lambda: (packed.clone(), scale.clone()), copies, l2_resident)
     dense_copies = max(1, math.ceil(MIN_STREAM_BYTES / dense_bytes))
-    dense = [base.clone() for _ in range(dense_copies)]
+    dense = _copies(base.clone, dense_copies, l2_resident)
     impls: list[tuple[str, Callable[[], Any], int, int]] = [
         ("bf16_cublas", lambda: [F.linear(x, w) for w in dense], dense_copies, dense_bytes),
         ("int4_ours", lambda: [kernels.linear(x, w) for w in ours], copies, int4_bytes),
     ]
     try:
         tiles, sz = _tinygemm(base)
-        torch_int4 = [(tiles.clone(), sz.clone()) for _ in range(copies)]
+        torch_int4 = _copies(lambda: (tiles.clone(), sz.clone()), copies, l2_resident)
         impls.append(
             (
                 "int4_torch",
@@ -177,6 +187,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument(
         "--dequantize", action="store_true", help="only time making one step's weights dense"
     )
+    p.add_argument(
+        "--l2-resident",
+        action="store_true",
+        help="launch each shape's products over one weight copy (L2 serves it where it fits)",
+    )
     args = p.parse_args(argv)
     if args.dequantize:
         times = dequantize_times()
@@ -191,6 +206,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "torch": torch.__version__,
         "copy_bandwidth_gb_s": bw / 1e9,
         "group_size": GROUP,
+        "l2_resident": args.l2_resident,
     }
     try:
         result["correctness"] = correctness()
@@ -199,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows_out = []
     for rows in batches:
         for name, n, k, count in SHAPES:
-            r = shape_times(n, k, rows)
+            r = shape_times(n, k, rows, args.l2_resident)
             r.update(name=name, count=count)
             rows_out.append(r)
     result["shapes"] = rows_out
@@ -212,7 +228,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "int4": 1e3 * int4_gb * 1e9 / bw,
     }
     lines = [
-        f"{result['gpu']}, copy bandwidth {bw / 1e9:.0f} GB/s, int4 groups of {GROUP}",
+        f"{result['gpu']}, copy bandwidth {bw / 1e9:.0f} GB/s, int4 groups of {GROUP}"
+        + (", each shape's weights L2-resident where they fit" if args.l2_resident else ""),
         f"one step's projections: bf16 {dense_gb:.2f} GB (roofline "
         f"{result['step_roofline_ms']['bf16']:.3f} ms), int4 {int4_gb:.2f} GB (roofline "
         f"{result['step_roofline_ms']['int4']:.3f} ms)",

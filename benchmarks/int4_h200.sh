@@ -28,6 +28,10 @@
 #           with SWEEP_FLAGS (--focused: retune from the shipped table), writing each
 #           shape's best into $OUT/int4_configs.json (the engine's pinned table, with its
 #           other entries);
+#   bound:  E2B's projections at 1 and 64 rows (`benchmarks.int4_h200`) with weights
+#           streamed from DRAM, then with each shape's products all over one copy that
+#           L2 serves (`--l2-resident`): a shape whose time does not drop is bound by
+#           launch, latency or instructions, not DRAM (about 5 minutes);
 #   attention: the attention kernels' CUDA tests, then the served int4 step profiled with
 #           the q/k norms, rotary and KV write as compiled torch ops before the attention
 #           kernel (`--attention-form kernel`) and inside it (the default,
@@ -43,7 +47,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|prefill|sweep|table|attention|all
+#     steps|server|server-int4|profile|profile-tables|prefill|sweep|table|bound|attention|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -84,6 +88,24 @@ table)
     --rows "${ROWS:-1,8,64}" --budget-s "${SWEEP_S:-400}" --out "$OUT/sweep.json" \
     --table "$OUT/int4_configs.json" ${SWEEP_FLAGS:-} > "$OUT/sweep.log" 2>&1
   echo "sweep exit: $? at ${SECONDS}s"; grep "^rows\|^\[" "$OUT/sweep.log"
+  ;;
+bound)
+  for mode in streamed l2-resident; do
+    flag=""; [ "$mode" = l2-resident ] && flag="--l2-resident"
+    # shellcheck disable=SC2086
+    timeout 200 python3 -m benchmarks.int4_h200 --batches 1,64 $flag \
+      --out "$OUT/layers-$mode.json" > "$OUT/layers-$mode.log" 2>&1
+    echo "layers $mode exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers-$mode.log" | tail -6
+  done
+  python3 - "$OUT" <<'PY'
+import json, sys
+runs = {m: json.load(open(f"{sys.argv[1]}/layers-{m}.json")) for m in ("streamed", "l2-resident")}
+print("| projection | rows | ours us streamed / L2 | bf16 us streamed / L2 |")
+print("| --- | --- | --- | --- |")
+for a, b in zip(runs["streamed"]["shapes"], runs["l2-resident"]["shapes"]):
+    cell = lambda i: f"{a.get(i + '_us', float('nan')):.1f} / {b.get(i + '_us', float('nan')):.1f}"
+    print(f"| {a['name']} | {a['rows']} | {cell('int4_ours')} | {cell('bf16_cublas')} |")
+PY
   ;;
 all)
   if [ -z "${SKIP_LAYERS:-}" ]; then
