@@ -152,7 +152,8 @@ def shape_times(n: int, k: int, rows: int, l2_resident: bool = False) -> dict[st
 def dequantize_times() -> dict[str, Any]:
     """One decode step's weights made dense (what a prefill of more rows than
     `matmul_int4` takes multiplies): the CUDA kernel `kernels.dense` runs against the
-    torch form (`int4.dequantize`, which the CPU runs), ms for all 241 weights."""
+    torch form (`int4.dequantize`, which the CPU runs), ms for one step's 212 weights
+    (q/k/v and gate/up merged)."""
     dtype = torch.bfloat16
     out: dict[str, Any] = {}
     for form, fn in (
