@@ -126,7 +126,8 @@ for q in ("none", "w4a16"):
         d = json.load(open(f"{sys.argv[1]}/step-{q}.json"))
     except OSError:
         continue
-    print(q, [(r["batch"], round(r["decode_step_ms_median"], 3)) for r in d["decode"]],
+    print(q, "step ms (each waited / queued):", [(r["batch"], round(r["decode_step_ms_median"], 3),
+          round(r.get("decode_step_ms_queued", float("nan")), 3)) for r in d["decode"]],
           "tokens", d.get("greedy_tokens_batch1"))
 PY
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused

@@ -75,6 +75,7 @@ def table(data: dict[str, Any]) -> str:
         # tokens on an H200), and the sweep's requests run from 129 to 640 tokens.
         cells = ", ".join(
             f"b{d['batch']}: {d['decode_step_ms_median']:.3f} ms = {d['decode_tok_s']:.0f} tok/s"
+            f" ({_fmt(d.get('decode_step_ms_queued'), '.3f')} ms queued)"
             f" at {d['prompt_len']} tokens of context"
             for d in bench["decode"]
         )

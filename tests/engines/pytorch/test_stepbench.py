@@ -28,7 +28,7 @@ def test_stepbench_on_tiny() -> None:
         ]
     )
     assert [r["batch"] for r in result["decode"]] == [1, 2]
-    assert all(r["decode_tok_s"] > 0 for r in result["decode"])
+    assert all(r["decode_tok_s"] > 0 and r["decode_step_ms_queued"] > 0 for r in result["decode"])
     assert result["weight_bytes_streamed"] > 0
     assert result["generate_batch1"]["new_tokens"] == 4
     assert [p["batch"] for p in result["profiles"]] == [1, 2]
