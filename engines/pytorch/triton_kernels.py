@@ -63,8 +63,9 @@ def _residual(x_ptr, b_ptr, rw_ptr, scalar, cols, col_ok, branch_rstd, SCALE: tl
     return _residual_of(x, b, rw, scalar, branch_rstd, x_ptr, SCALE)
 
 
-# Epilogue 3 reads the finished output row in chunks of this many values.
-RESIDUAL_CHUNK = tl.constexpr(1024)
+# Epilogue 3 reads a finished output row of up to this many values at once, longer ones
+# in chunks of it.
+RESIDUAL_CHUNK = tl.constexpr(2048)
 
 
 @triton.jit
@@ -76,9 +77,25 @@ def _residual_after(
     # whole row y, so the last program to finish writes it: each program counts itself
     # (atomically, after all its threads stored their rows, as `triton_int4.matmul_int4`'s
     # split-K does), and the one that counts last reads y back past L1 (other SMs wrote
-    # it) and resets the counter for the next launch.
+    # it) and resets the counter for the next launch. The step waits on that last
+    # program's memory round trips, so a row that fits one chunk is read once: its
+    # residual and norm weight load before the count (no program of this launch writes
+    # them), y after it, and its mean square comes from the same registers.
     tl.debug_barrier()
-    if tl.atomic_add(count_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+    if N <= RESIDUAL_CHUNK:
+        cols = tl.arange(0, RESIDUAL_CHUNK)
+        ok = cols < N
+        r = tl.load(r_ptr + cols, mask=ok, other=0.0)
+        rw = tl.load(rw_ptr + cols, mask=ok, other=0.0)
+        if tl.atomic_add(count_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+            y = tl.load(y_ptr + cols, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / N + eps)
+            xn = _residual_of(
+                r.to(tl.float32), y, rw.to(tl.float32), scalar, rstd, r_ptr, SCALE
+            )
+            tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=ok)
+            tl.atomic_xchg(count_ptr, 0)
+    elif tl.atomic_add(count_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         rstd = _mean_square_rstd(y_ptr, N, eps, RESIDUAL_CHUNK, ".cg")
         for n0 in range(0, N, RESIDUAL_CHUNK):
             cols = n0 + tl.arange(0, RESIDUAL_CHUNK)

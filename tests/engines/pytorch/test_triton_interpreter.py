@@ -221,6 +221,16 @@ def _checks(part: str) -> dict[str, dict[str, Any]]:
         tuner.configs, tuner.cache = [config], {}
         tag = f" [{config.kwargs['BLOCK_N']}x{config.kwargs['BLOCK_K']}]"
         _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
+    # Epilogue 3 on a row longer than one chunk (`triton_kernels.RESIDUAL_CHUNK`): the
+    # last program's passes over it in chunks, not its one read of a shorter row.
+    wide = triton_kernels.RESIDUAL_CHUNK.value + 52
+    w_wide, residual, rw = rand(wide, k, scale=k**-0.5), rand(1, wide, scale=4.0), rand(wide)
+    product = x.float() @ w_wide.float().T
+    exact = residual.float() + torch.rms_norm(product, (wide,), rw.float(), 1e-6)
+    ref = kernels.linear_residual(x, w_wide, residual, rw, None, 1e-6, False)
+    for launch in ("", " again"):  # the last program resets the counter
+        got = kernels._gemv_residual_after_op(x, w_wide, None, residual, rw, None, 1e-6)
+        record(f"residual after, {wide} wide{launch}", got, exact, ref)
 
     # Attention in float16: the interpreter's bfloat16 tl.dot is not faithful.
     # 4,200 keys 512 wide: 66 blocks of 64, three passes of the combine (32 blocks each).
