@@ -15,6 +15,10 @@
 #           with TABLE (a pinned table kept elsewhere, e.g. `git show REV:engines/pytorch/
 #           int4_configs.json > old.json`, carried as an untracked file), which separates
 #           a retuning from the machine (about 5 minutes);
+#   swap:   the served int4 step profiled twice, each on its own server: with the tree as
+#           it is, then with SWAP_FROM (an untracked copy of an earlier version, e.g.
+#           `git show REV:engines/pytorch/triton_kernels.py > .scratch/before.py`, carried)
+#           copied over SWAP_TO; an A/B of a kernel change in one call (about 5 minutes);
 #   prefill: one packed prefill of 8 and of 16 prompts (128 tokens) profiled, bf16 and
 #           int4 (`engines.pytorch.stepbench --profile-prefill`): wall, device and host
 #           time and the top host ops (about 3 minutes);
@@ -47,7 +51,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|prefill|sweep|table|bound|attention|all
+#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|attention|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -197,6 +201,17 @@ profile-tables)
     > "$OUT/dp.log" 2>&1
   echo "decode profile exit: $?"
   tail -8 "$OUT/dp.log"
+  ;;
+swap)
+  : "${SWAP_FROM:?SWAP_FROM=the earlier file}" "${SWAP_TO:?SWAP_TO=the file it replaces}"
+  for side in shipped swapped; do
+    if [ "$side" = swapped ]; then cp "$SWAP_TO" /tmp/swap-shipped && cp "$SWAP_FROM" "$SWAP_TO"; fi
+    timeout "${TMO:-270}" python3 -m benchmarks.decode_profile "$OUT/dp-$side" --steps 16 \
+      --requests "${REQUESTS:-1}" --variant "$side=--quantize w4a16 ${INT4_FLAGS:-}" \
+      > "$OUT/dp-$side.log" 2>&1
+    echo "decode profile $side exit: $? at ${SECONDS}s"; tail -1 "$OUT/dp-$side.log"
+  done
+  cp /tmp/swap-shipped "$SWAP_TO"
   ;;
 prefill)
   for q in none w4a16; do
