@@ -58,6 +58,7 @@ from agent.supervisor import EngineServer, free_port
 from benchmarks.pytorch_engine_table import table
 from contract.results import CellResult
 from contract.suite import RequestSettings, Shape, SweepSettings
+from engines.pytorch.config import build_parser
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 from engines.pytorch.stepbench import (
@@ -138,10 +139,9 @@ def environment() -> dict[str, Any]:
 
 
 def served_quantization(server_flags: Sequence[str]) -> str:
-    """The `--quantize` the server sweep's flags ask for ("none" without one)."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--quantize", default="none")
-    return str(parser.parse_known_args(list(server_flags))[0].quantize)
+    """The `--quantize` the server sweep's flags ask for, read by the engine's own parser
+    (its default without one)."""
+    return str(build_parser().parse_known_args(list(server_flags))[0].quantize)
 
 
 def roofline(loaded: LoadedModel, model: str, quantize: str) -> dict[str, Any]:
