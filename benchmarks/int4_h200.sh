@@ -65,6 +65,16 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem,power.limit --format=csv,no
 STEP_FLAGS="--model random:gemma-4-e2b --decode-attention batched --cuda-graphs on \
   --fused-norms on --decode-program on --triton-gemv on"
 left() { echo $(( ${BUDGET_S:-540} - SECONDS )); }
+# The served step profiled (`benchmarks.decode_profile`, 16 steps): $1 names its folder and
+# log under $OUT, $2 is its time limit, the rest are its flags (--variant, --requests).
+profile_run() {
+  local name="$1" limit="$2"
+  shift 2
+  timeout "$limit" python3 -m benchmarks.decode_profile "$OUT/$name" --steps 16 "$@" \
+    > "$OUT/$name.log" 2>&1
+  echo "decode profile $name exit: $? at ${SECONDS}s"
+  tail -8 "$OUT/$name.log"
+}
 case "${1:-steps}" in
 sweep)
   timeout 100 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_kernels.py \
@@ -177,39 +187,27 @@ steps)
   done
   ;;
 profile)
-  timeout "${TMO:-560}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
-    --requests "${REQUESTS:-1}" --variant bf16= --variant int4="--quantize w4a16 ${INT4_FLAGS:-}" \
-    > "$OUT/dp.log" 2>&1
-  echo "decode profile exit: $?"
-  tail -8 "$OUT/dp.log"
+  profile_run dp "${TMO:-560}" --requests "${REQUESTS:-1}" --variant bf16= \
+    --variant int4="--quantize w4a16 ${INT4_FLAGS:-}"
   ;;
 attention)
   timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_attention_kernel.py \
     > "$OUT/cuda-tests.log" 2>&1
   echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
-  timeout "${TMO:-420}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
+  profile_run dp "${TMO:-420}" \
     --variant kernel="--quantize w4a16 --attention-form kernel ${INT4_FLAGS:-}" \
-    --variant normed="--quantize w4a16 ${INT4_FLAGS:-}" \
-    > "$OUT/dp.log" 2>&1
-  echo "decode profile exit: $? at ${SECONDS}s"
-  tail -8 "$OUT/dp.log"
+    --variant normed="--quantize w4a16 ${INT4_FLAGS:-}"
   ;;
 profile-tables)
-  timeout "${TMO:-560}" python3 -m benchmarks.decode_profile "$OUT/dp" --steps 16 \
-    --variant shipped="--quantize w4a16" \
-    --variant table="--quantize w4a16 --int4-configs ${TABLE:?TABLE=path of the other table}" \
-    > "$OUT/dp.log" 2>&1
-  echo "decode profile exit: $?"
-  tail -8 "$OUT/dp.log"
+  profile_run dp "${TMO:-560}" --variant shipped="--quantize w4a16" \
+    --variant table="--quantize w4a16 --int4-configs ${TABLE:?TABLE=path of the other table}"
   ;;
 swap)
   : "${SWAP_FROM:?SWAP_FROM=the earlier file}" "${SWAP_TO:?SWAP_TO=the file it replaces}"
   for side in shipped swapped; do
     if [ "$side" = swapped ]; then cp "$SWAP_TO" /tmp/swap-shipped && cp "$SWAP_FROM" "$SWAP_TO"; fi
-    timeout "${TMO:-270}" python3 -m benchmarks.decode_profile "$OUT/dp-$side" --steps 16 \
-      --requests "${REQUESTS:-1}" --variant "$side=--quantize w4a16 ${INT4_FLAGS:-}" \
-      > "$OUT/dp-$side.log" 2>&1
-    echo "decode profile $side exit: $? at ${SECONDS}s"; tail -1 "$OUT/dp-$side.log"
+    profile_run "dp-$side" "${TMO:-270}" --requests "${REQUESTS:-1}" \
+      --variant "$side=--quantize w4a16 ${INT4_FLAGS:-}"
   done
   cp /tmp/swap-shipped "$SWAP_TO"
   ;;
