@@ -36,6 +36,10 @@
 #           streamed from DRAM, then with each shape's products all over one copy that
 #           L2 serves (`--l2-resident`): a shape whose time does not drop is bound by
 #           launch, latency or instructions, not DRAM (about 5 minutes);
+#   chain:  what a kernel boundary costs: a chain of E2B's batch-1 int4 products as a
+#           launch a product against launches whose programs wait on counters
+#           (`benchmarks.stage_chain_h200`), for each tile in TILES (default "8,2048,4
+#           16,512,4": block_n,block_k,warps; about 2 minutes);
 #   attention: the attention kernels' CUDA tests, then the served int4 step profiled with
 #           the q/k norms, rotary and KV write as compiled torch ops before the attention
 #           kernel (`--attention-form kernel`) and inside it (the default,
@@ -51,7 +55,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|attention|all
+#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|chain|attention|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -120,6 +124,14 @@ for a, b in zip(runs["streamed"]["shapes"], runs["l2-resident"]["shapes"]):
     cell = lambda i: f"{a.get(i + '_us', float('nan')):.1f} / {b.get(i + '_us', float('nan')):.1f}"
     print(f"| {a['name']} | {a['rows']} | {cell('int4_ours')} | {cell('bf16_cublas')} |")
 PY
+  ;;
+chain)
+  for tile in ${TILES:-8,2048,4 16,512,4}; do
+    IFS=, read -r bn bk w <<< "$tile"
+    timeout 240 python3 -m benchmarks.stage_chain_h200 --block-n "$bn" --block-k "$bk" \
+      --warps "$w" --out "$OUT/chain-$bn-$bk-$w.json" > "$OUT/chain-$bn-$bk-$w.log" 2>&1
+    echo "chain $tile exit: $? at ${SECONDS}s"; tail -8 "$OUT/chain-$bn-$bk-$w.log"
+  done
   ;;
 all)
   if [ -z "${SKIP_LAYERS:-}" ]; then
