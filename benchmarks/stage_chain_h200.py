@@ -3,7 +3,7 @@ launch costs less (issue 18: the step is about 300 launches whose products run a
 fraction of the copy bandwidth; the products alone, as a chain, take 0.9 ms where their
 bytes need 0.36).
 
-The same chain of int4 matrix-vector products runs four ways, each replayed in a CUDA
+The same chain of int4 matrix-vector products runs three ways, each replayed in a CUDA
 graph over weights too large for L2 (E2B's sliding-layer shapes, q/k/v 2560 x 1536, o
 1536 x 2048, gate/up 12288 x 1536, down 1536 x 6144, per-layer gate 256 x 1536 and
 projection 1536 x 256, for LAYERS layers; each stage reads the first K outputs of the
@@ -19,8 +19,10 @@ one before):
   until every tile of the stage before has counted itself done, and counts itself done
   once its outputs are stored. A stage's programs so stream weights while the stage
   before still runs, and a stage starts when its input is written, not when a launch
-  drains. `launches` and `chained` share the tile's arithmetic (their outputs are
-  compared bit for bit), so the difference is the boundary.
+  drains. The whole chain also runs as a few persistent programs an SM, each drawing
+  tickets until they run out (`--programs-per-sm`). `launches` and `chained` share the
+  tile's arithmetic (their outputs are compared bit for bit), so the difference is the
+  boundary.
 
     python -m benchmarks.stage_chain_h200 [--layers 35] [--out result.json]
     TRITON_INTERPRET=1 python -m benchmarks.stage_chain_h200 --dry-run   # on the CPU
@@ -125,14 +127,14 @@ def _pause(seen):
 
 
 @triton.jit
-def chained_gemv(
-    acts_ptr, wq_ptr, ws_ptr, starts_ptr, n_ptr, k_ptr, w_at_ptr, s_at_ptr, x_at_ptr,
-    y_at_ptr, done_ptr, ticket_ptr, STAGES: tl.constexpr, BLOCK_S: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+def _ticket_task(
+    ticket, acts_ptr, wq_ptr, ws_ptr, starts_ptr, n_ptr, k_ptr, w_at_ptr, s_at_ptr, x_at_ptr,
+    y_at_ptr, done_ptr, STAGES: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):  # fmt: skip
     # Tables per stage: its first ticket, N, K, where its packed words and scales start,
     # where its input and output start in acts; done counts each stage's finished tiles.
-    ticket = tl.atomic_add(ticket_ptr, 1)
+    # True for the tile that finishes the launch's last stage.
     firsts = tl.load(starts_ptr + tl.arange(0, BLOCK_S), mask=tl.arange(0, BLOCK_S) < STAGES,
                      other=2**31 - 1)  # fmt: skip
     stage = tl.sum((firsts <= ticket).to(tl.int32), axis=0) - 1
@@ -155,12 +157,42 @@ def chained_gemv(
     _tile_product(x, wq, ws, y, rows, row_ok, packed, scale, n, k, BLOCK_N, BLOCK_K)
     tl.debug_barrier()
     finished = tl.atomic_add(done_ptr + stage, 1, sem="release")
-    last_tiles = (n + BLOCK_N - 1) // BLOCK_N
-    if (stage == STAGES - 1) & (finished == last_tiles - 1):
-        # Every ticket is taken and every wait passed: ready for the next launch.
-        everyone = tl.arange(0, BLOCK_S)
-        tl.store(done_ptr + everyone, tl.zeros((BLOCK_S,), tl.int32), mask=everyone < STAGES)
-        tl.atomic_xchg(ticket_ptr, 0)
+    return (stage == STAGES - 1) & (finished == (n + BLOCK_N - 1) // BLOCK_N - 1)
+
+
+@triton.jit
+def chained_gemv(
+    acts_ptr, wq_ptr, ws_ptr, starts_ptr, n_ptr, k_ptr, w_at_ptr, s_at_ptr, x_at_ptr,
+    y_at_ptr, done_ptr, ticket_ptr, exits_ptr, tickets, STAGES: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    PERSISTENT: tl.constexpr,
+):  # fmt: skip
+    # One ticket a program (a grid of `tickets`), or PERSISTENT: a few programs an SM, each
+    # drawing tickets until they run out. Either way a ticket drawn later never blocks
+    # one drawn earlier. The counters are zero again when the launch ends.
+    everyone = tl.arange(0, BLOCK_S)
+    if PERSISTENT:
+        ticket = tl.atomic_add(ticket_ptr, 1)
+        while ticket < tickets:
+            _ticket_task(
+                ticket, acts_ptr, wq_ptr, ws_ptr, starts_ptr, n_ptr, k_ptr, w_at_ptr, s_at_ptr,
+                x_at_ptr, y_at_ptr, done_ptr, STAGES, BLOCK_S, BLOCK_N, BLOCK_K,
+            )  # fmt: skip
+            ticket = tl.atomic_add(ticket_ptr, 1)
+        # The last program out: every ticket is drawn and done.
+        if tl.atomic_add(exits_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+            tl.store(done_ptr + everyone, tl.zeros((BLOCK_S,), tl.int32), mask=everyone < STAGES)
+            tl.atomic_xchg(ticket_ptr, 0)
+            tl.atomic_xchg(exits_ptr, 0)
+    else:
+        last = _ticket_task(
+            tl.atomic_add(ticket_ptr, 1), acts_ptr, wq_ptr, ws_ptr, starts_ptr, n_ptr, k_ptr,
+            w_at_ptr, s_at_ptr, x_at_ptr, y_at_ptr, done_ptr, STAGES, BLOCK_S, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
+        if last:
+            # Every ticket is drawn and every wait passed.
+            tl.store(done_ptr + everyone, tl.zeros((BLOCK_S,), tl.int32), mask=everyone < STAGES)
+            tl.atomic_xchg(ticket_ptr, 0)
 
 
 @dataclass
@@ -254,6 +286,7 @@ class Launch:
     tables: tuple[torch.Tensor, ...]
     done: torch.Tensor
     ticket: torch.Tensor
+    exits: torch.Tensor
     stages: int
     tickets: int
 
@@ -280,6 +313,7 @@ def plan(chain: Chain, group: int, block_n: int) -> list[Launch]:
                 tables,
                 torch.zeros(len(part), dtype=torch.int32, device=device),
                 torch.zeros(1, dtype=torch.int32, device=device),
+                torch.zeros(1, dtype=torch.int32, device=device),
                 len(part),
                 sum(tiles),
             )
@@ -288,13 +322,21 @@ def plan(chain: Chain, group: int, block_n: int) -> list[Launch]:
 
 
 def run_chained(
-    chain: Chain, launches: list[Launch], block_n: int, block_k: int, warps: int
+    chain: Chain,
+    launches: list[Launch],
+    block_n: int,
+    block_k: int,
+    warps: int,
+    programs: int | None = None,
 ) -> None:
+    """Each launch as a program a ticket, or as `programs` persistent programs."""
     for launch in launches:
-        chained_gemv[(launch.tickets,)](
+        grid = launch.tickets if programs is None else min(programs, launch.tickets)
+        chained_gemv[(grid,)](
             chain.acts, chain.packed, chain.scales, *launch.tables, launch.done, launch.ticket,
-            STAGES=launch.stages, BLOCK_S=triton.next_power_of_2(launch.stages),
-            BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
+            launch.exits, launch.tickets, STAGES=launch.stages,
+            BLOCK_S=triton.next_power_of_2(launch.stages), BLOCK_N=block_n, BLOCK_K=block_k,
+            PERSISTENT=programs is not None, num_warps=warps,
         )  # fmt: skip
 
 
@@ -314,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-n", type=int, default=8)
     parser.add_argument("--block-k", type=int, default=2048)
     parser.add_argument("--warps", type=int, default=4)
+    parser.add_argument(
+        "--programs-per-sm", type=int, default=4, help="the persistent variant's grid, per SM"
+    )
     parser.add_argument("--out", default=None)
     parser.add_argument(
         "--dry-run",
@@ -338,12 +383,18 @@ def main(argv: list[str] | None = None) -> int:
     per_layer = plan(chain, len(chain.stages) // args.layers, args.block_n)
     whole = plan(chain, len(chain.stages), args.block_n)
     pdl = chain.acts.is_cuda and torch.cuda.get_device_capability()[0] >= 9
+    sms = torch.cuda.get_device_properties().multi_processor_count if chain.acts.is_cuda else 2
+    persistent = args.programs_per_sm * sms
     variants = {
         "launches": (lambda: run_launches(chain, *tile, pdl=pdl), len(chain.stages)),
         "launches, no PDL": (lambda: run_launches(chain, *tile, pdl=False), len(chain.stages)),
         "engine": (lambda: run_engine(chain), len(chain.stages)),
         "chained, a launch a layer": (lambda: run_chained(chain, per_layer, *tile), args.layers),
         "chained, one launch": (lambda: run_chained(chain, whole, *tile), 1),
+        "chained, one launch, persistent": (
+            lambda: run_chained(chain, whole, *tile, programs=persistent),
+            1,
+        ),
     }
     mbytes = sum(p.numel() * 4 + s.numel() * s.element_size() for p, s in chain.weights) / 1e6
     print(
