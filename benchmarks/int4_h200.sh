@@ -40,6 +40,9 @@
 #           launch a product against launches whose programs wait on counters
 #           (`benchmarks.stage_chain_h200`), for each tile in TILES (default "8,2048,4
 #           16,512,4": block_n,block_k,warps; about 2 minutes);
+#   chained: the product chain's CUDA tests, then the served int4 step profiled with a
+#           layer's five products after attention as five launches and as one
+#           (`--chained-products on`, engines.pytorch.product_chain; about 6 minutes);
 #   attention: the attention kernels' CUDA tests, then the served int4 step profiled with
 #           the q/k norms, rotary and KV write as compiled torch ops before the attention
 #           kernel (`--attention-form kernel`) and inside it (the default,
@@ -55,7 +58,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|chain|attention|all
+#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|chain|chained|attention|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -209,6 +212,14 @@ attention)
   profile_run dp "${TMO:-420}" \
     --variant kernel="--quantize w4a16 --attention-form kernel ${INT4_FLAGS:-}" \
     --variant normed="--quantize w4a16 ${INT4_FLAGS:-}"
+  ;;
+chained)
+  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_product_chain.py \
+    > "$OUT/cuda-tests.log" 2>&1
+  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  profile_run dp "${TMO:-420}" --requests "${REQUESTS:-1}" \
+    --variant launches="--quantize w4a16 ${INT4_FLAGS:-}" \
+    --variant chained="--quantize w4a16 --chained-products on ${INT4_FLAGS:-}"
   ;;
 profile-tables)
   profile_run dp "${TMO:-560}" --variant shipped="--quantize w4a16" \

@@ -48,7 +48,13 @@ import triton
 import triton.language as tl
 
 from engines.pytorch import int4, kernels
-from engines.pytorch.triton_int4 import COMPILED, _eighths, _int4_weights, _per_scale, _word_dot
+from engines.pytorch.triton_int4 import (
+    _eighths,
+    _int4_weights,
+    _per_scale,
+    _wait_at_least,
+    _word_dot,
+)
 
 GROUP_SIZE = 32
 GROUP = tl.constexpr(GROUP_SIZE)  # what the kernels read
@@ -115,18 +121,6 @@ def stage_gemv(
 
 
 @triton.jit
-def _pause(seen):
-    # A short sleep between polls, so that waiting programs leave the counter's L2 slice
-    # and their SM's issue slots to the programs that work.
-    if COMPILED:
-        seen = tl.inline_asm_elementwise(
-            "nanosleep.u32 64; mov.b32 $0, $1;", "=r,r", [seen], dtype=tl.int32,
-            is_pure=False, pack=1,
-        )  # fmt: skip
-    return seen
-
-
-@triton.jit
 def _ticket_task(
     ticket, acts_ptr, wq_ptr, ws_ptr, starts_ptr, n_ptr, k_ptr, w_at_ptr, s_at_ptr, x_at_ptr,
     y_at_ptr, done_ptr, STAGES: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -148,10 +142,7 @@ def _ticket_task(
     packed, scale, _, _ = _int4_weights(wq, ws, rows, row_ok, 0, n, k, BLOCK_K, GROUP, 0, 4)
     if stage > 0:
         tiles_before = tl.load(starts_ptr + stage) - tl.load(starts_ptr + stage - 1)
-        seen = tl.atomic_add(done_ptr + stage - 1, 0, sem="acquire")
-        while seen < tiles_before:
-            seen = _pause(seen)
-            seen = tl.atomic_add(done_ptr + stage - 1, 0, sem="acquire")
+        _wait_at_least(done_ptr + stage - 1, tiles_before)
     x = acts_ptr + tl.multiple_of(tl.load(x_at_ptr + stage), 8)
     y = acts_ptr + tl.multiple_of(tl.load(y_at_ptr + stage), 8)
     _tile_product(x, wq, ws, y, rows, row_ok, packed, scale, n, k, BLOCK_N, BLOCK_K)

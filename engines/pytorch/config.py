@@ -33,6 +33,7 @@ class EngineConfig:
     gemv_kernel: str = "auto"  # batch-1 projections of the decode program (auto: triton on CUDA)
     attention_form: str = "normed-kernel"  # decode program attention: one of ATTENTION_FORMS
     dependent_launch: str = "auto"  # batch-1 Triton kernels as PDL dependents (auto: sm_90+)
+    chained_products: str = "off"  # int4, batch 1: a layer's products after attention, one launch
     compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
     async_decode: str = "on"  # queue step n+1 before reading step n (batched decode only)
@@ -213,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="launch the batch-1 Triton kernels as programmatic dependents of the kernel "
         "before them, so each fetches its first weights while that one drains "
         "(engines.pytorch.dependent_launch; auto: on where the GPU has it, sm_90 and later)",
+    )
+    p.add_argument(
+        "--chained-products",
+        choices=("on", "off"),
+        default=EngineConfig.chained_products,
+        help="with int4 weights at batch 1, a layer's five products after attention as one "
+        "Triton launch whose programs wait on counters, instead of five dependent launches "
+        "(engines.pytorch.product_chain; an experiment: off by default)",
     )
     p.add_argument(
         "--compile-mode",

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from contract.errors import BenchError
-from engines.pytorch import attention_kernel, int4, int4_blocks, kernels
+from engines.pytorch import attention_kernel, int4, int4_blocks, kernels, product_chain
 from engines.pytorch.config import ATTENTION_FORMS
 from engines.pytorch.kernels import Weight
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
@@ -141,6 +141,7 @@ def gemma4_layer(
     fused_gemv: bool = False,
     attention_form: str = "matmul",
     gemv_epilogues: bool = False,
+    chained_products: bool = False,
 ) -> torch.Tensor:
     """One Gemma 4 decoder layer for a batch of single tokens: x (rows, hidden) ->
     (rows, hidden). Pure function of its arguments (what torch.compile caches per kind).
@@ -155,6 +156,8 @@ def gemma4_layer(
     ones that read them, so no projection does a pass over its input before its weights
     stream, and the residual steps after the attention output and the per-layer
     projection end those products (see `kernels`).
+    `chained_products` (with `gemv_epilogues`): the products after attention at batch 1
+    with int4 weights in one launch (`product_chain`).
     `attention_form`: "kernel" runs batch 1 on CUDA through `attention_kernel` and
     anything else through the products; "normed-kernel" also makes the q/k norms, rotary
     and the KV write part of that kernel (`decode_attention_normed`); "reduction" see
@@ -177,30 +180,22 @@ def gemma4_layer(
             qkv, n_q, n_k, k_pool, v_pool, cos, sin, hidden, slot_index, positions, heads,
             head_dim, writes_kv, scale, eps, attention_form,
         )  # fmt: skip
-    if gemv_epilogues:
-        x = kernels.linear_residual(
-            attn.reshape(rows, -1), w_o, x, n_post_attn, None, eps, fused_gemv
-        )
-    else:
-        o = kernels.linear(attn.reshape(rows, -1), w_o, fused_gemv)
-        x = x + torch.rms_norm(o, (width,), n_post_attn, eps)
-
+    attn = attn.reshape(rows, -1)
     if gemv_epilogues and activation == "gelu_pytorch_tanh":
-        act = kernels.gated_norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv, post_scale=True)
-        d = kernels.linear(act, w_down, fused_gemv)
-        ple_act, x = kernels.residual_linear(
-            x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv, gate_times=ple
-        )
-        return kernels.linear_residual(
-            ple_act, w_ple_proj, x, n_post_ple, layer_scalar, eps, fused_gemv
-        )
+        return product_chain.layer_tail(
+            attn, x, ple, (w_o, w_gate_up, w_down, w_ple_gate, w_ple_proj),
+            (n_post_attn, n_pre_ff, n_post_ff, n_post_ple), layer_scalar, eps, fused_gemv,
+            chained_products,
+        )  # fmt: skip
+    if gemv_epilogues:
+        x = kernels.linear_residual(attn, w_o, x, n_post_attn, None, eps, fused_gemv)
     else:
-        gate, up = kernels.norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv).chunk(2, dim=-1)
-        d = _gated_linear(gate, up, w_down, activation, fused_gemv)
-        ple_gate, x = kernels.residual_linear(
-            x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv
-        )
-        p = _gated_linear(ple_gate, ple, w_ple_proj, activation, fused_gemv)
+        o = kernels.linear(attn, w_o, fused_gemv)
+        x = x + torch.rms_norm(o, (width,), n_post_attn, eps)
+    gate, up = kernels.norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv).chunk(2, dim=-1)
+    d = _gated_linear(gate, up, w_down, activation, fused_gemv)
+    ple_gate, x = kernels.residual_linear(x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv)
+    p = _gated_linear(ple_gate, ple, w_ple_proj, activation, fused_gemv)
     x = x + torch.rms_norm(p, (width,), n_post_ple, eps)
     return (x * layer_scalar).to(x.dtype)
 
@@ -333,12 +328,14 @@ class ProgramOptions:
     `attention_form`: "matmul" or "reduction" (see `_attend`; only when compiled), or
     "kernel" (`attention_kernel` at batch 1, the products otherwise), or "normed-kernel"
     (the same with the q/k norms, rotary and KV write in the kernel); `gemv_epilogues`:
-    see `gemma4_layer` (with `triton_gemv`)."""
+    see `gemma4_layer` (with `triton_gemv`); `chained_products`: see `gemma4_layer` (with
+    `gemv_epilogues`)."""
 
     compile_mode: str | None = None
     triton_gemv: bool = False
     attention_form: str = "matmul"
     gemv_epilogues: bool = True
+    chained_products: bool = False
     compile_backend: str = "inductor"  # aot_eager: traced as in serving, no code generated
 
 
@@ -404,6 +401,7 @@ class Gemma4DecodeProgram:
         # larger batches keep cuBLAS (the kernels fall back by themselves).
         self.fused_gemv = options.triton_gemv
         self.gemv_epilogues = options.triton_gemv and options.gemv_epilogues
+        self.chained_products = self.gemv_epilogues and options.chained_products
         # The reduction form of attention only makes sense compiled (see `_attend`), and
         # even then it loses to the products at large batches (benchmarks/records/).
         self.attention_form = options.attention_form
@@ -426,7 +424,11 @@ class Gemma4DecodeProgram:
             len(self.layers),
             sum(layer.writes_kv for layer in self.layers),
             ", layers compiled" if compile_layers else "",
-            (", Triton GEMV at batch 1" + (" with epilogues" if self.gemv_epilogues else ""))
+            (
+                ", Triton GEMV at batch 1"
+                + (" with epilogues" if self.gemv_epilogues else "")
+                + (", products after attention in one launch" if self.chained_products else "")
+            )
             if self.fused_gemv
             else "",
             f", attention: {self.attention_form}",
@@ -549,6 +551,7 @@ class Gemma4DecodeProgram:
                 self.fused_gemv,
                 self.attention_form,
                 self.gemv_epilogues,
+                self.chained_products,
             )
         return self._head_fn(
             x,

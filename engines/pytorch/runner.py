@@ -191,6 +191,7 @@ class ModelRunner:
         gemv_epilogues: bool = True,
         compile_without_program: bool = True,
         dependent_launch: bool = True,
+        chained_products: bool = False,
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -236,7 +237,11 @@ class ModelRunner:
         self.program = None
         if decode_program and batched_decode:
             options = ProgramOptions(
-                compile_mode, triton_gemv, attention_form, gemv_epilogues=gemv_epilogues
+                compile_mode,
+                triton_gemv,
+                attention_form,
+                gemv_epilogues=gemv_epilogues,
+                chained_products=chained_products,
             )
             self.program = program_for(self.model, self.cache, loaded.max_model_len, options)
         if compile_mode is not None and self.program is None and compile_without_program:

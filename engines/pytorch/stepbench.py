@@ -293,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "gates after the products that make them (engines.pytorch.kernels)",
     )
     p.add_argument("--dependent-launch", choices=("auto", "off"), default="auto")
+    p.add_argument("--chained-products", choices=("on", "off"), default="off")
     p.add_argument(
         "--check-tokens",
         type=int,
@@ -344,6 +345,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         attention_form=args.attention_form,
         gemv_epilogues=args.gemv_fusion == "epilogue",
         dependent_launch=args.dependent_launch == "auto",
+        chained_products=args.chained_products == "on",
     )
     result: dict[str, Any] = {
         "model": args.model,
@@ -362,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "attention_form": args.attention_form,
         "gemv_fusion": args.gemv_fusion,
         "dependent_launch": args.dependent_launch,
+        "chained_products": args.chained_products,
         "quantize": args.quantize,
         "quantization": None if loaded.quantization is None else loaded.quantization.summary(),
         "weight_bytes_streamed": streamed_weight_bytes(loaded.model),

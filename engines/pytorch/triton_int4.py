@@ -190,12 +190,45 @@ def gemv_int4(
     GROUP_SCALES: tl.constexpr,
     PREFETCH: tl.constexpr = False,
 ):
+    gemv_int4_tile(
+        tl.program_id(0), tl.num_programs(0), x_ptr, b_ptr, nw_ptr, rw_ptr, s_ptr, xo_ptr,
+        m_ptr, count_ptr, wq_ptr, ws_ptr, y_ptr, N, K, eps, count_ptr, 0, PROLOGUE, SCALE,
+        EPILOGUE, PDL, GROUP, BLOCK_N, BLOCK_K, GROUP_SCALES, PREFETCH, False,
+    )  # fmt: skip
+
+
+@triton.jit
+def _wait_at_least(count_ptr, need):
+    # Until another program of the launch has counted `need` (an acquiring load a poll,
+    # a short sleep between polls: the waiting programs leave the counter's L2 slice and
+    # their SM's issue slots to the programs that work).
+    seen = tl.atomic_add(count_ptr, 0, sem="acquire")
+    while seen < need:
+        if COMPILED:
+            seen = tl.inline_asm_elementwise(
+                "nanosleep.u32 64; mov.b32 $0, $1;", "=r,r", [seen], dtype=tl.int32,
+                is_pure=False, pack=1,
+            )  # fmt: skip
+        seen = tl.atomic_add(count_ptr, 0, sem="acquire")
+
+
+@triton.jit
+def gemv_int4_tile(
+    pid, programs, x_ptr, b_ptr, nw_ptr, rw_ptr, s_ptr, xo_ptr, m_ptr, count_ptr, wq_ptr,
+    ws_ptr, y_ptr, N, K, eps, wait_ptr, wait_for, PROLOGUE: tl.constexpr,
+    SCALE: tl.constexpr, EPILOGUE: tl.constexpr, PDL: tl.constexpr, GROUP: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SCALES: tl.constexpr,
+    PREFETCH: tl.constexpr, WAITS: tl.constexpr,
+):  # fmt: skip
+    # Program `pid` of `programs` of `gemv_int4`; with WAITS, it also waits, after its
+    # first chunk of weights, until `wait_ptr` counts `wait_for` (`triton_chain`: another
+    # product of the same launch made its input). True for the program that took the
+    # residual step of epilogue 3.
     # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
     WORDS: tl.constexpr = BLOCK_K // 8
     # GROUP_SCALES: one scale load and multiply per group of words (group <= chunk)
     # instead of one per word; SW words share a scale.
     SW: tl.constexpr = GROUP // 8 if GROUP_SCALES and GROUP <= BLOCK_K else 1
-    pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     # The first chunk of weights depends on no earlier kernel (see `triton_kernels.gemv`).
@@ -205,6 +238,8 @@ def gemv_int4(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
+    if WAITS:
+        _wait_at_least(wait_ptr, wait_for)
     rstd, branch_rstd, scalar = _prologue(
         x_ptr, b_ptr, rw_ptr, s_ptr, xo_ptr, K, eps, pid == 0, PROLOGUE, SCALE, BLOCK_K
     )
@@ -242,10 +277,12 @@ def gemv_int4(
     if PROLOGUE == 5:
         rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
     _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
+    last = pid < 0
     if EPILOGUE == 3:
-        _residual_after(y_ptr, b_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, SCALE)
-
-
+        last = _residual_after(
+            y_ptr, b_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, programs, SCALE
+        )
+    return last
 
 
 @triton.jit

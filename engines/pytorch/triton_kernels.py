@@ -70,24 +70,26 @@ RESIDUAL_CHUNK = tl.constexpr(2048)
 
 @triton.jit
 def _residual_after(
-    y_ptr, r_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, SCALE: tl.constexpr
+    y_ptr, r_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, programs, SCALE: tl.constexpr
 ):  # fmt: skip
     # Epilogue 3: the residual step r + RMSNorm(y) * rw [* scalar] of the product y it
     # ends, written to xo, instead of a kernel of its own after the product. It needs the
-    # whole row y, so the last program to finish writes it: each program counts itself
-    # (atomically, after all its threads stored their rows, as `triton_int4.matmul_int4`'s
-    # split-K does), and the one that counts last reads y back past L1 (other SMs wrote
-    # it) and resets the counter for the next launch. The step waits on that last
-    # program's memory round trips, so a row that fits one chunk is read once: its
-    # residual and norm weight load before the count (no program of this launch writes
-    # them), y after it, and its mean square comes from the same registers.
+    # whole row y, so the last of the product's `programs` to finish writes it: each
+    # program counts itself (atomically, after all its threads stored their rows, as
+    # `triton_int4.matmul_int4`'s split-K does), and the one that counts last reads y back
+    # past L1 (other SMs wrote it) and resets the counter for the next launch; True in
+    # that one. The step waits on that last program's memory round trips, so a row that
+    # fits one chunk is read once: its residual and norm weight load before the count (no
+    # program of this launch writes them), y after it, and its mean square comes from
+    # the same registers.
     tl.debug_barrier()
     if N <= RESIDUAL_CHUNK:
         cols = tl.arange(0, RESIDUAL_CHUNK)
         ok = cols < N
         r = tl.load(r_ptr + cols, mask=ok, other=0.0)
         rw = tl.load(rw_ptr + cols, mask=ok, other=0.0)
-        if tl.atomic_add(count_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        last = tl.atomic_add(count_ptr, 1, sem="acq_rel") == programs - 1
+        if last:
             y = tl.load(y_ptr + cols, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / N + eps)
             xn = _residual_of(
@@ -95,17 +97,21 @@ def _residual_after(
             )
             tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=ok)
             tl.atomic_xchg(count_ptr, 0)
-    elif tl.atomic_add(count_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
-        rstd = _mean_square_rstd(y_ptr, N, eps, RESIDUAL_CHUNK, ".cg")
-        for n0 in range(0, N, RESIDUAL_CHUNK):
-            cols = n0 + tl.arange(0, RESIDUAL_CHUNK)
-            ok = cols < N
-            y = tl.load(y_ptr + cols, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
-            r = tl.load(r_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-            rw = tl.load(rw_ptr + cols, mask=ok, other=0.0).to(tl.float32)
-            xn = _residual_of(r, y, rw, scalar, rstd, r_ptr, SCALE)
-            tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=ok)
-        tl.atomic_xchg(count_ptr, 0)
+    else:
+        last = tl.atomic_add(count_ptr, 1, sem="acq_rel") == programs - 1
+        if last:
+            rstd = _mean_square_rstd(y_ptr, N, eps, RESIDUAL_CHUNK, ".cg")
+            for n0 in range(0, N, RESIDUAL_CHUNK):
+                cols = n0 + tl.arange(0, RESIDUAL_CHUNK)
+                ok = cols < N
+                y = tl.load(y_ptr + cols, mask=ok, other=0.0, cache_modifier=".cg")
+                y = y.to(tl.float32)
+                r = tl.load(r_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+                rw = tl.load(rw_ptr + cols, mask=ok, other=0.0).to(tl.float32)
+                xn = _residual_of(r, y, rw, scalar, rstd, r_ptr, SCALE)
+                tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=ok)
+            tl.atomic_xchg(count_ptr, 0)
+    return last
 
 
 @triton.jit
@@ -303,4 +309,6 @@ def gemv(
         y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
     if EPILOGUE == 3:
-        _residual_after(y_ptr, b_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, SCALE)
+        _residual_after(
+            y_ptr, b_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, tl.num_programs(0), SCALE
+        )
