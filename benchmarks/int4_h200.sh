@@ -41,8 +41,9 @@
 #           (`benchmarks.stage_chain_h200`), for each tile in TILES (default "8,2048,4
 #           16,512,4": block_n,block_k,warps; about 2 minutes);
 #   chained: the product chain's CUDA tests, then the served int4 step profiled with a
-#           layer's five products after attention as five launches and as one
-#           (`--chained-products on`, engines.pytorch.product_chain; about 6 minutes);
+#           layer as its eight launches, with its five products after attention as one
+#           (`--chained-products tail`) and as one launch (`layer`;
+#           engines.pytorch.product_chain; about 8 minutes);
 #   attention: the attention kernels' CUDA tests, then the served int4 step profiled with
 #           the q/k norms, rotary and KV write as compiled torch ops before the attention
 #           kernel (`--attention-form kernel`) and inside it (the default,
@@ -214,12 +215,14 @@ attention)
     --variant normed="--quantize w4a16 ${INT4_FLAGS:-}"
   ;;
 chained)
-  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_product_chain.py \
+  timeout 100 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_product_chain.py \
     > "$OUT/cuda-tests.log" 2>&1
   echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
-  profile_run dp "${TMO:-420}" --requests "${REQUESTS:-1}" \
+  # Each variant's row reaches dp/decode-profile.json as it ends, whole layer first.
+  profile_run dp "${TMO:-460}" --requests "${REQUESTS:-1}" \
     --variant launches="--quantize w4a16 ${INT4_FLAGS:-}" \
-    --variant chained="--quantize w4a16 --chained-products on ${INT4_FLAGS:-}"
+    --variant layer="--quantize w4a16 --chained-products layer ${INT4_FLAGS:-}" \
+    --variant tail="--quantize w4a16 --chained-products tail ${INT4_FLAGS:-}"
   ;;
 profile-tables)
   profile_run dp "${TMO:-560}" --variant shipped="--quantize w4a16" \

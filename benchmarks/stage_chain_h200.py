@@ -48,13 +48,8 @@ import triton
 import triton.language as tl
 
 from engines.pytorch import int4, kernels
-from engines.pytorch.triton_int4 import (
-    _eighths,
-    _int4_weights,
-    _per_scale,
-    _wait_at_least,
-    _word_dot,
-)
+from engines.pytorch.triton_int4 import _eighths, _int4_weights, _per_scale, _word_dot
+from engines.pytorch.triton_kernels import _wait_at_least
 
 GROUP_SIZE = 32
 GROUP = tl.constexpr(GROUP_SIZE)  # what the kernels read

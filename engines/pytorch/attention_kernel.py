@@ -58,9 +58,7 @@ def _launch(
     """A split-KV kernel over blocks of the keys, then the combine: `partial` takes `args`,
     its partial outputs, the KV length, `strides`, `scalars`, then `constants` (D, ...)."""
     pdl = dependent_launch.enabled(device)
-    block_l = 32 if kv_len <= 2048 else 64
-    blocks = -(-kv_len // block_l)
-    block_g = max(16, 1 << (group - 1).bit_length())  # tl.dot wants 16 rows at least
+    block_l, blocks, block_g = split(kv_len, group)
     acc = torch.empty(kv_heads * blocks * block_g, dv, dtype=torch.float32, device=device)
     top = torch.empty(kv_heads * blocks * block_g, dtype=torch.float32, device=device)
     total = torch.empty_like(top)
@@ -77,12 +75,10 @@ def _launch(
         BLOCK_G=block_g,
         BLOCK_L=block_l,
         PDL=pdl,
-        num_warps=8 if max(constants["D"], dv) >= 512 else 4,
+        num_warps=partial_warps(max(constants["D"], dv)),
         launch_pdl=pdl,
         **constants,
     )
-    # As many blocks a pass as fit 64 floats a thread of the 8 warps (16K of the tile).
-    block_s = min(max(1, 16384 // dv), 1 << (blocks - 1).bit_length())
     _kernels().attention_combine[(kv_heads * group,)](
         acc,
         top,
@@ -92,15 +88,36 @@ def _launch(
         GROUP=group,
         BLOCK_G=block_g,
         DV=dv,
-        BLOCK_S=block_s,
+        BLOCK_S=combine_blocks(dv, blocks, COMBINE_WARPS),
         PDL=pdl,
-        num_warps=8,
+        num_warps=COMBINE_WARPS,
         launch_pdl=pdl,
     )
     return out
 
 
-def _strides(k0: torch.Tensor, v0: torch.Tensor) -> tuple[int, int, int, int]:
+COMBINE_WARPS = 8
+
+
+def split(kv_len: int, group: int) -> tuple[int, int, int]:
+    """The partial kernel's blocks of keys: (keys a block, blocks, query rows a program:
+    the group padded to the 16 rows tl.dot wants at least)."""
+    block_l = 32 if kv_len <= 2048 else 64
+    return block_l, -(-kv_len // block_l), max(16, 1 << (group - 1).bit_length())
+
+
+def combine_blocks(dv: int, blocks: int, warps: int) -> int:
+    """The combine's blocks a pass: as many as fit 64 floats a thread of its warps."""
+    return min(max(1, 64 * 32 * warps // dv), 1 << (blocks - 1).bit_length())
+
+
+def partial_warps(head_dim: int) -> int:
+    """The partial kernel's warps: 8 for rows of 512 and wider, else 4."""
+    return 8 if head_dim >= 512 else 4
+
+
+def pool_strides(k0: torch.Tensor, v0: torch.Tensor) -> tuple[int, int, int, int]:
+    """The (head, row) strides of a slot's key and value pools."""
     return k0.stride(0), k0.stride(1), v0.stride(0), v0.stride(1)
 
 
@@ -114,7 +131,7 @@ def _decode_attention_op(
     args = (q.contiguous(), k0, v0, hidden.reshape(-1).view(torch.uint8))
     return _launch(
         _kernels().attention_partial, args, kv_heads, group, dv, hidden.shape[-1], q.dtype,
-        q.device, strides=_strides(k0, v0), scalars=(scale,), D=head_dim, DV=dv,
+        q.device, strides=pool_strides(k0, v0), scalars=(scale,), D=head_dim, DV=dv,
         SCALED=scale != 1.0,
     )  # fmt: skip
 
@@ -157,8 +174,9 @@ def decode_attention_normed(
             k0, v0, hidden.reshape(-1).view(torch.uint8))  # fmt: skip
     return _launch(
         _kernels().attention_partial_normed, args, kv_heads, heads // kv_heads, head_dim,
-        hidden.shape[-1], qkv.dtype, qkv.device, strides=_strides(k0, v0), scalars=(scale, eps),
-        HEADS=heads, KV_HEADS=kv_heads, D=head_dim, SCALED=scale != 1.0, WRITES_KV=writes_kv,
+        hidden.shape[-1], qkv.dtype, qkv.device, strides=pool_strides(k0, v0),
+        scalars=(scale, eps), HEADS=heads, KV_HEADS=kv_heads, D=head_dim, SCALED=scale != 1.0,
+        WRITES_KV=writes_kv,
     )  # fmt: skip
 
 

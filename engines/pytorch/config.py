@@ -9,6 +9,9 @@ from dataclasses import dataclass
 DEFAULT_PORT = 8100
 # How the decode program attends (engines.pytorch.programs).
 ATTENTION_FORMS = ("matmul", "reduction", "kernel", "normed-kernel")
+# --chained-products: a layer's launches at batch 1 with int4 weights (engines.pytorch.
+# product_chain): one a kernel, one for the products after attention, one for the layer.
+CHAINED_PRODUCTS = ("off", "tail", "layer")
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,7 @@ class EngineConfig:
     gemv_kernel: str = "auto"  # batch-1 projections of the decode program (auto: triton on CUDA)
     attention_form: str = "normed-kernel"  # decode program attention: one of ATTENTION_FORMS
     dependent_launch: str = "auto"  # batch-1 Triton kernels as PDL dependents (auto: sm_90+)
-    chained_products: str = "off"  # int4, batch 1: a layer's products after attention, one launch
+    chained_products: str = "off"  # int4, batch 1: one launch a layer's tail or whole layer
     compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
     async_decode: str = "on"  # queue step n+1 before reading step n (batched decode only)
@@ -217,10 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--chained-products",
-        choices=("on", "off"),
+        choices=CHAINED_PRODUCTS,
         default=EngineConfig.chained_products,
-        help="with int4 weights at batch 1, a layer's five products after attention as one "
-        "Triton launch whose programs wait on counters, instead of five dependent launches "
+        help="with int4 weights at batch 1, a layer's five products after attention (tail), "
+        "or the whole layer with the normed attention kernel (layer), as one Triton launch "
+        "whose programs wait on counters instead of on the launch before "
         "(engines.pytorch.product_chain; an experiment: off by default)",
     )
     p.add_argument(

@@ -1,8 +1,10 @@
-"""A Gemma 4 layer's products after attention, as the decode program runs them at batch 1
-with `gemv_epilogues` (o and the residual step, gate/up and its GELU gate, down, the
-per-layer gate and projection and their residual steps): five dependent launches of
-`kernels`, or with `--product-chain on` and int4 weights, one launch whose programs wait
-on counters (`triton_chain.layer_tail_int4`).
+"""A Gemma 4 layer at batch 1 with int4 weights, as launches (`--chained-products`):
+- "off": the decode program's launches (`kernels`, `attention_kernel`): q/k/v, the
+  normed split-KV attention and its combine, o and the residual step, gate/up and its
+  GELU gate, down, the per-layer gate and projection and their residual steps;
+- "tail": the five products after attention as one launch whose programs wait on
+  counters (`layer_tail`, `triton_chain.layer_tail_int4`);
+- "layer": the whole layer as one such launch (`whole_layer`, `triton_chain.layer_int4`).
 
 Why: a batch-1 decode step is about 300 launches of a few microseconds each, and each
 launch boundary costs the drain of the kernel before and the ramp of the next, which a
@@ -13,7 +15,8 @@ tile they read is stored. `benchmarks/stage_chain_h200.py` measures what a bound
 costs either way on plain products.
 
 The chain uses, stage by stage, the block shape the pinned table names for that product
-(`int4_tuning`), or `DEFAULT_TILE`; all stages run with `WARPS` warps.
+(`int4_tuning`), or `DEFAULT_TILE`; all stages of a launch run with one number of warps
+(`WARPS`; a whole layer, its attention kernel's).
 """
 
 from __future__ import annotations
@@ -95,37 +98,68 @@ def _counters(device: torch.device) -> torch.Tensor:
 def stage_tiles(
     gpu: str | None, shapes: tuple[tuple[int, int], ...], group: int
 ) -> list[tuple[int, int, bool, bool]]:
-    """Each stage's (BLOCK_N, BLOCK_K, GROUP_SCALES, PREFETCH) on `gpu` (a CUDA device's
-    name; None: none): the pinned table's entry for the product alone (epilogue 3 under
+    """Each of the five products' (BLOCK_N, BLOCK_K, GROUP_SCALES, PREFETCH) on `gpu` (a
+    CUDA device's name; None: none): `pinned_tile` of its shape and form."""
+    return [
+        pinned_tile(gpu, n, k, prologue, epilogue, group)
+        for (n, k), (prologue, epilogue) in zip(shapes, STAGE_FORMS, strict=True)
+    ]
+
+
+def pinned_tile(
+    gpu: str | None, n: int, k: int, prologue: int, epilogue: int, group: int
+) -> tuple[int, int, bool, bool]:
+    """The pinned table's block shape for the product alone on `gpu` (epilogue 3 under
     its plain product's key, as the autotuner's prune reads it), else `DEFAULT_TILE`."""
     from engines.pytorch import int4_tuning
 
-    tiles = []
-    for (n, k), (prologue, epilogue) in zip(shapes, STAGE_FORMS, strict=True):
-        config = None
-        if gpu is not None:
-            keyed = 0 if epilogue == kernels.RESIDUAL_AFTER else epilogue
-            key = int4_tuning.gemv_key(n, k, prologue, keyed, group)
-            config = int4_tuning.pinned_config(gpu, "gemv_int4", key)
-        if config is None:
-            tiles.append(DEFAULT_TILE)
-            continue
-        meta = config.kwargs
-        tiles.append(
-            (
-                meta["BLOCK_N"],
-                meta["BLOCK_K"],
-                bool(meta["GROUP_SCALES"]),
-                bool(meta.get("PREFETCH")),
-            )
-        )
-    return tiles
+    if gpu is None:
+        return DEFAULT_TILE
+    keyed = 0 if epilogue == kernels.RESIDUAL_AFTER else epilogue
+    key = int4_tuning.gemv_key(n, k, prologue, keyed, group)
+    config = int4_tuning.pinned_config(gpu, "gemv_int4", key)
+    if config is None:
+        return DEFAULT_TILE
+    meta = config.kwargs
+    group_scales, prefetch = bool(meta["GROUP_SCALES"]), bool(meta.get("PREFETCH"))
+    return meta["BLOCK_N"], meta["BLOCK_K"], group_scales, prefetch
 
 
 def stage_shapes(hidden: int, attn: int, ff: int, ple: int) -> tuple[tuple[int, int], ...]:
     """(outputs, inputs) of each stage: o, gate/up (outputs a half: the gate's), down,
     the per-layer gate and projection."""
     return ((hidden, attn), (ff, hidden), (hidden, ff), (ple, hidden), (hidden, ple))
+
+
+def _tail_plan(
+    x: torch.Tensor, attn_width: int, ff: int, ple_width: int, group: int,
+    tiles: list[tuple[int, int, bool, bool]] | None,
+) -> tuple[list[int], dict[str, Any], list[torch.Tensor]]:  # fmt: skip
+    """The five products' tiles a stage, their block shapes as the kernels' constexprs, and
+    the rows they write (o, x_attn, act, d, x_ff, ple_act, p, out)."""
+    hidden = x.shape[-1]
+    shapes = stage_shapes(hidden, attn_width, ff, ple_width)
+    if tiles is None:
+        tiles = stage_tiles(_gpu(x), shapes, group)
+    counts = [-(-n // tile[0]) for (n, _k), tile in zip(shapes, tiles, strict=True)]
+    meta: dict[str, Any] = {}
+    for name, tile in zip(("O", "GU", "D", "PG", "PP"), tiles, strict=True):
+        meta |= _tile_meta(name, tile)
+    row = functools.partial(torch.empty, dtype=x.dtype, device=x.device)
+    widths = (hidden, hidden, ff, hidden, hidden, ple_width, hidden, hidden)
+    return counts, meta, [row(1, width) for width in widths]
+
+
+def _tile_meta(name: str, tile: tuple[int, int, bool, bool]) -> dict[str, Any]:
+    block_n, block_k, group_scales, prefetch = tile
+    return {f"{name}_BN": block_n, f"{name}_BK": block_k, f"{name}_GS": group_scales,
+            f"{name}_PF": prefetch}  # fmt: skip
+
+
+def _gpu(x: torch.Tensor) -> str | None:
+    from engines.pytorch import int4_tuning
+
+    return int4_tuning.gpu_name() if x.device.type == "cuda" else None
 
 
 def _launch(
@@ -138,34 +172,17 @@ def _launch(
 ) -> torch.Tensor:  # fmt: skip
     from engines.pytorch import triton_chain
 
-    hidden, attn_width = x.shape[-1], attn.shape[-1]
-    ff, ple_width = wgu.shape[0] // 2, wpg.shape[0]
+    attn_width, ff, ple_width = attn.shape[-1], wgu.shape[0] // 2, wpg.shape[0]
     group = attn_width // so.shape[1]
-    shapes = stage_shapes(hidden, attn_width, ff, ple_width)
-    if tiles is None:
-        from engines.pytorch import int4_tuning
-
-        gpu = int4_tuning.gpu_name() if x.device.type == "cuda" else None
-        tiles = stage_tiles(gpu, stage_shapes(hidden, attn_width, ff, ple_width), group)
-    counts = [-(-n // tile[0]) for (n, _k), tile in zip(shapes, tiles, strict=True)]
-    row = functools.partial(torch.empty, dtype=x.dtype, device=x.device)
-    o, x_attn, d, x_ff, p, out = (row(1, hidden) for _ in range(6))
-    act, ple_act = row(1, ff), row(1, ple_width)
-    meta: dict[str, Any] = {}
-    for name, (block_n, block_k, group_scales, prefetch) in zip(
-        ("O", "GU", "D", "PG", "PP"), tiles, strict=True
-    ):
-        meta |= {f"{name}_BN": block_n, f"{name}_BK": block_k}
-        meta |= {f"{name}_GS": group_scales, f"{name}_PF": prefetch}
+    counts, meta, rows = _tail_plan(x, attn_width, ff, ple_width, group, tiles)
     pdl = dependent_launch.enabled(x.device)
     triton_chain.layer_tail_int4[(sum(counts),)](
         attn, x, ple, scalar, wo, so, wgu, sgu, wd, sd, wpg, spg, wpp, spp,
-        n_post_attn, n_pre_ff, n_post_ff, n_post_ple,
-        o, x_attn, act, d, x_ff, ple_act, p, out, _counters(x.device),
-        hidden, attn_width, ff, ple_width, eps, *counts,
+        n_post_attn, n_pre_ff, n_post_ff, n_post_ple, *rows, _counters(x.device),
+        x.shape[-1], attn_width, ff, ple_width, eps, *counts,
         GROUP=group, PDL=pdl, num_warps=WARPS, num_stages=1, launch_pdl=pdl, **meta,
     )  # fmt: skip
-    return out
+    return rows[-1]
 
 
 @torch.library.custom_op("llm_serving_bench::layer_tail_int4", mutates_args=())
@@ -189,5 +206,132 @@ def _layer_tail_shape(
     wd: torch.Tensor, sd: torch.Tensor, wpg: torch.Tensor, spg: torch.Tensor,
     wpp: torch.Tensor, spp: torch.Tensor, n_post_attn: torch.Tensor, n_pre_ff: torch.Tensor,
     n_post_ff: torch.Tensor, n_post_ple: torch.Tensor, eps: float,
+) -> torch.Tensor:  # fmt: skip
+    return torch.empty_like(x)
+
+
+def whole_layer(
+    x: torch.Tensor,
+    ple: torch.Tensor,
+    weights: tuple[Weight, ...],
+    norms: tuple[torch.Tensor, ...],
+    layer_scalar: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    hidden: torch.Tensor,
+    positions: torch.Tensor,
+    heads: int,
+    writes_kv: bool,
+    scale: float,
+    eps: float,
+) -> torch.Tensor:
+    """The whole layer in one launch (`triton_chain.layer_int4`, where `layer_applies`):
+    q/k/v (weights: q/k/v, o, gate/up, down, the per-layer gate and projection), the
+    attention `attention_kernel.decode_attention_normed` makes (norms: input, q, k, then
+    `layer_tail`'s four), its KV row written to slot 0 of the pools, then `layer_tail`."""
+    (wqkv, sqkv), (wo, so), (wgu, sgu), (wd, sd), (wpg, spg), (wpp, spp) = cast(
+        tuple[Int4, Int4, Int4, Int4, Int4, Int4], weights
+    )
+    n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
+    launch = _layer_op if torch.compiler.is_compiling() else _launch_layer
+    return launch(
+        x.contiguous(), ple.contiguous(), layer_scalar, wqkv, sqkv, n_in, n_q, n_k,
+        cos.contiguous(), sin.contiguous(), positions, k_pool, v_pool, hidden, wo, so, wgu,
+        sgu, wd, sd, wpg, spg, wpp, spp, n_post_attn, n_pre_ff, n_post_ff, n_post_ple, heads,
+        writes_kv, scale, eps,
+    )  # fmt: skip
+
+
+def layer_applies(
+    x: torch.Tensor, weights: tuple[Weight, ...], k_pool: torch.Tensor, v_pool: torch.Tensor
+) -> bool:
+    """`whole_layer` serves `applies`' rows and weights with `attention_kernel`'s normed
+    kernel's pools."""
+    from engines.pytorch import attention_kernel
+
+    return applies(x, weights) and attention_kernel.use_normed_kernel(x, k_pool, v_pool)
+
+
+def _launch_layer(
+    x: torch.Tensor, ple: torch.Tensor, scalar: torch.Tensor, wqkv: torch.Tensor,
+    sqkv: torch.Tensor, n_in: torch.Tensor, n_q: torch.Tensor, n_k: torch.Tensor,
+    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_pool: torch.Tensor,
+    v_pool: torch.Tensor, hidden: torch.Tensor, wo: torch.Tensor, so: torch.Tensor,
+    wgu: torch.Tensor, sgu: torch.Tensor, wd: torch.Tensor, sd: torch.Tensor,
+    wpg: torch.Tensor, spg: torch.Tensor, wpp: torch.Tensor, spp: torch.Tensor,
+    n_post_attn: torch.Tensor, n_pre_ff: torch.Tensor, n_post_ff: torch.Tensor,
+    n_post_ple: torch.Tensor, heads: int, writes_kv: bool, scale: float, eps: float,
+    tiles: list[tuple[int, int, bool, bool]] | None = None,
+) -> torch.Tensor:  # fmt: skip
+    from engines.pytorch import attention_kernel, triton_chain
+
+    kv_heads, head_dim = k_pool.shape[1], k_pool.shape[-1]
+    group_heads, kv_len = heads // kv_heads, hidden.shape[-1]
+    block_l, blocks, block_g = attention_kernel.split(kv_len, group_heads)
+    warps = attention_kernel.partial_warps(head_dim)
+    attn_width, ff, ple_width = heads * head_dim, wgu.shape[0] // 2, wpg.shape[0]
+    group, qkv_width = x.shape[-1] // sqkv.shape[1], wqkv.shape[0]
+    qkv_tile = (
+        pinned_tile(_gpu(x), qkv_width, x.shape[-1], kernels.RMS_NORM_AFTER, 0, group)
+        if tiles is None
+        else tiles[0]
+    )
+    counts, meta, rows = _tail_plan(
+        x, attn_width, ff, ple_width, group, None if tiles is None else tiles[1:]
+    )
+    qkv_tiles = -(-qkv_width // qkv_tile[0])
+    partials = kv_heads * blocks * block_g
+    part = torch.empty(partials, head_dim, dtype=torch.float32, device=x.device)
+    top, total = (torch.empty(partials, dtype=torch.float32, device=x.device) for _ in "ab")
+    qkv = torch.empty(1, qkv_width, dtype=x.dtype, device=x.device)
+    attn = torch.empty(1, attn_width, dtype=x.dtype, device=x.device)
+    k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
+    grid = qkv_tiles + kv_heads * blocks + heads + sum(counts)
+    pdl = dependent_launch.enabled(x.device)
+    triton_chain.layer_int4[(grid,)](
+        x, ple, scalar, wqkv, sqkv, n_in, n_q, n_k, cos, sin, positions, k0, v0,
+        hidden.reshape(-1).view(torch.uint8), wo, so, wgu, sgu, wd, sd, wpg, spg, wpp, spp,
+        n_post_attn, n_pre_ff, n_post_ff, n_post_ple, qkv, part, top, total, attn, *rows,
+        _counters(x.device), qkv_width, kv_len, blocks,
+        *attention_kernel.pool_strides(k0, v0), scale, x.shape[-1], attn_width, ff,
+        ple_width, eps, qkv_tiles, *counts, HEADS=heads, KV_HEADS=kv_heads,
+        GROUP_HEADS=group_heads, BLOCK_G=block_g, D=head_dim, BLOCK_L=block_l,
+        BLOCK_S=attention_kernel.combine_blocks(head_dim, blocks, warps),
+        SCALED=scale != 1.0, WRITES_KV=writes_kv, GROUP=group, PDL=pdl,
+        **_tile_meta("Q", qkv_tile), **meta, num_warps=warps, num_stages=1, launch_pdl=pdl,
+    )  # fmt: skip
+    return rows[-1]
+
+
+@torch.library.custom_op("llm_serving_bench::layer_int4", mutates_args=("k_pool", "v_pool"))
+def _layer_op(
+    x: torch.Tensor, ple: torch.Tensor, scalar: torch.Tensor, wqkv: torch.Tensor,
+    sqkv: torch.Tensor, n_in: torch.Tensor, n_q: torch.Tensor, n_k: torch.Tensor,
+    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_pool: torch.Tensor,
+    v_pool: torch.Tensor, hidden: torch.Tensor, wo: torch.Tensor, so: torch.Tensor,
+    wgu: torch.Tensor, sgu: torch.Tensor, wd: torch.Tensor, sd: torch.Tensor,
+    wpg: torch.Tensor, spg: torch.Tensor, wpp: torch.Tensor, spp: torch.Tensor,
+    n_post_attn: torch.Tensor, n_pre_ff: torch.Tensor, n_post_ff: torch.Tensor,
+    n_post_ple: torch.Tensor, heads: int, writes_kv: bool, scale: float, eps: float,
+) -> torch.Tensor:  # fmt: skip
+    return _launch_layer(
+        x, ple, scalar, wqkv, sqkv, n_in, n_q, n_k, cos, sin, positions, k_pool, v_pool,
+        hidden, wo, so, wgu, sgu, wd, sd, wpg, spg, wpp, spp, n_post_attn, n_pre_ff,
+        n_post_ff, n_post_ple, heads, writes_kv, scale, eps,
+    )  # fmt: skip
+
+
+@_layer_op.register_fake
+def _layer_shape(
+    x: torch.Tensor, ple: torch.Tensor, scalar: torch.Tensor, wqkv: torch.Tensor,
+    sqkv: torch.Tensor, n_in: torch.Tensor, n_q: torch.Tensor, n_k: torch.Tensor,
+    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_pool: torch.Tensor,
+    v_pool: torch.Tensor, hidden: torch.Tensor, wo: torch.Tensor, so: torch.Tensor,
+    wgu: torch.Tensor, sgu: torch.Tensor, wd: torch.Tensor, sd: torch.Tensor,
+    wpg: torch.Tensor, spg: torch.Tensor, wpp: torch.Tensor, spp: torch.Tensor,
+    n_post_attn: torch.Tensor, n_pre_ff: torch.Tensor, n_post_ff: torch.Tensor,
+    n_post_ple: torch.Tensor, heads: int, writes_kv: bool, scale: float, eps: float,
 ) -> torch.Tensor:  # fmt: skip
     return torch.empty_like(x)

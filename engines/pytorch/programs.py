@@ -37,7 +37,7 @@ from torch import nn
 
 from contract.errors import BenchError
 from engines.pytorch import attention_kernel, int4, int4_blocks, kernels, product_chain
-from engines.pytorch.config import ATTENTION_FORMS
+from engines.pytorch.config import ATTENTION_FORMS, CHAINED_PRODUCTS
 from engines.pytorch.kernels import Weight
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
 
@@ -141,7 +141,7 @@ def gemma4_layer(
     fused_gemv: bool = False,
     attention_form: str = "matmul",
     gemv_epilogues: bool = False,
-    chained_products: bool = False,
+    chained_products: str = "off",
 ) -> torch.Tensor:
     """One Gemma 4 decoder layer for a batch of single tokens: x (rows, hidden) ->
     (rows, hidden). Pure function of its arguments (what torch.compile caches per kind).
@@ -156,8 +156,9 @@ def gemma4_layer(
     ones that read them, so no projection does a pass over its input before its weights
     stream, and the residual steps after the attention output and the per-layer
     projection end those products (see `kernels`).
-    `chained_products` (with `gemv_epilogues`): the products after attention at batch 1
-    with int4 weights in one launch (`product_chain`).
+    `chained_products` (with `gemv_epilogues`, at batch 1 with int4 weights): "tail", the
+    products after attention in one launch (`product_chain.layer_tail`); "layer", with the
+    normed attention kernel, the whole layer in one (`product_chain.whole_layer`); "off".
     `attention_form`: "kernel" runs batch 1 on CUDA through `attention_kernel` and
     anything else through the products; "normed-kernel" also makes the q/k norms, rotary
     and the KV write part of that kernel (`decode_attention_normed`); "reduction" see
@@ -167,6 +168,18 @@ def gemma4_layer(
     n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
     rows, width = x.shape
 
+    if (
+        chained_products == "layer"
+        and gemv_epilogues
+        and fused_gemv
+        and activation == "gelu_pytorch_tanh"
+        and attention_form == "normed-kernel"
+        and product_chain.layer_applies(x, weights, k_pool, v_pool)
+    ):
+        return product_chain.whole_layer(
+            x, ple, weights, norms, layer_scalar, k_pool, v_pool, cos, sin, hidden, positions,
+            heads, writes_kv, scale, eps,
+        )  # fmt: skip
     qkv = kernels.norm_linear(x, n_in, eps, w_qkv, fused_gemv, post_scale=gemv_epilogues)
     if attention_form == "normed-kernel" and attention_kernel.use_normed_kernel(
         qkv, k_pool, v_pool
@@ -185,7 +198,7 @@ def gemma4_layer(
         return product_chain.layer_tail(
             attn, x, ple, (w_o, w_gate_up, w_down, w_ple_gate, w_ple_proj),
             (n_post_attn, n_pre_ff, n_post_ff, n_post_ple), layer_scalar, eps, fused_gemv,
-            chained_products,
+            chained_products != "off",
         )  # fmt: skip
     if gemv_epilogues:
         x = kernels.linear_residual(attn, w_o, x, n_post_attn, None, eps, fused_gemv)
@@ -335,7 +348,7 @@ class ProgramOptions:
     triton_gemv: bool = False
     attention_form: str = "matmul"
     gemv_epilogues: bool = True
-    chained_products: bool = False
+    chained_products: str = "off"
     compile_backend: str = "inductor"  # aot_eager: traced as in serving, no code generated
 
 
@@ -401,7 +414,9 @@ class Gemma4DecodeProgram:
         # larger batches keep cuBLAS (the kernels fall back by themselves).
         self.fused_gemv = options.triton_gemv
         self.gemv_epilogues = options.triton_gemv and options.gemv_epilogues
-        self.chained_products = self.gemv_epilogues and options.chained_products
+        self.chained_products = options.chained_products if self.gemv_epilogues else "off"
+        if self.chained_products not in CHAINED_PRODUCTS:
+            raise ValueError(f"unknown product chain {options.chained_products!r}")
         # The reduction form of attention only makes sense compiled (see `_attend`), and
         # even then it loses to the products at large batches (benchmarks/records/).
         self.attention_form = options.attention_form
@@ -427,7 +442,11 @@ class Gemma4DecodeProgram:
             (
                 ", Triton GEMV at batch 1"
                 + (" with epilogues" if self.gemv_epilogues else "")
-                + (", products after attention in one launch" if self.chained_products else "")
+                + (
+                    f", one launch a layer's {self.chained_products}"
+                    if self.chained_products != "off"
+                    else ""
+                )
             )
             if self.fused_gemv
             else "",

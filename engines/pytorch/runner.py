@@ -191,7 +191,7 @@ class ModelRunner:
         gemv_epilogues: bool = True,
         compile_without_program: bool = True,
         dependent_launch: bool = True,
-        chained_products: bool = False,
+        chained_products: str = "off",
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model

@@ -9,6 +9,8 @@ run on the CPU (`tests/engines/pytorch/test_triton_interpreter.py`).
 import triton
 import triton.language as tl
 
+from engines.pytorch.triton_kernels import _wait_at_least
+
 
 @triton.jit
 def _block_keys(
@@ -150,14 +152,31 @@ def attention_partial_normed(
     D: tl.constexpr, BLOCK_L: tl.constexpr, SCALED: tl.constexpr, WRITES_KV: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
+    attention_partial_normed_tile(
+        tl.program_id(0), tl.program_id(1), tl.num_programs(1), qkv_ptr, nq_ptr, nk_ptr,
+        cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, hidden_ptr, acc_ptr, max_ptr, sum_ptr, kv_len,
+        stride_kh, stride_kl, stride_vh, stride_vl, scale, eps, pos_ptr, 0, HEADS, KV_HEADS,
+        GROUP, BLOCK_G, D, BLOCK_L, SCALED, WRITES_KV, PDL, False,
+    )  # fmt: skip
+
+
+@triton.jit
+def attention_partial_normed_tile(
+    h, block, blocks, qkv_ptr, nq_ptr, nk_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
+    hidden_ptr, acc_ptr, max_ptr, sum_ptr, kv_len, stride_kh, stride_kl, stride_vh,
+    stride_vl, scale, eps, wait_ptr, wait_for, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
+    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_L: tl.constexpr,
+    SCALED: tl.constexpr, WRITES_KV: tl.constexpr, PDL: tl.constexpr, WAITS: tl.constexpr,
+):  # fmt: skip
+    # KV head h's block `block` of `blocks`. With WAITS it also waits, after the block's
+    # keys where it reads them early, until `wait_ptr` counts `wait_for` (`triton_chain`:
+    # the q/k/v projection, in the same launch).
     # `attention_partial` from the q/k/v projection's raw row: the query heads' RMSNorm and
     # rotary, and where the layer writes KV, the new key's and value's (the value's norm
     # has no weight), written to the pools at the row's position and attended from
     # registers (every other row of the block comes from the pools).
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    h = tl.program_id(0)
-    block = tl.program_id(1)
     if WRITES_KV:
         # The layer's own pools: every row but the new one was written by an earlier step
         # or prefill, so the block's keys stream while the projection before still runs.
@@ -167,6 +186,8 @@ def attention_partial_normed(
         )  # fmt: skip
     if PDL:
         tl.extra.cuda.gdc_wait()
+    if WAITS:
+        _wait_at_least(wait_ptr, wait_for)
     if not WRITES_KV:
         # Pools of an earlier layer of this step, its new row written by that layer.
         keys, live, k, v = _block_keys(
@@ -192,8 +213,8 @@ def attention_partial_normed(
         tl.store(k_ptr + h * stride_kh + pos * stride_kl + dims, k_new, mask=mine)
         tl.store(v_ptr + h * stride_vh + pos * stride_vl + dims, v_new, mask=mine)
     _block_partial(
-        q, k, v, live, h, block, tl.num_programs(1), acc_ptr, max_ptr, sum_ptr, scale, GROUP,
-        BLOCK_G, D, SCALED,
+        q, k, v, live, h, block, blocks, acc_ptr, max_ptr, sum_ptr, scale, GROUP, BLOCK_G, D,
+        SCALED,
     )  # fmt: skip
 
 
@@ -213,7 +234,17 @@ def attention_combine(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-    pid = tl.program_id(0)  # one (KV head, query head of its group)
+    attention_combine_tile(
+        tl.program_id(0), acc_ptr, max_ptr, sum_ptr, out_ptr, blocks, GROUP, BLOCK_G, DV, BLOCK_S
+    )
+
+
+@triton.jit
+def attention_combine_tile(
+    pid, acc_ptr, max_ptr, sum_ptr, out_ptr, blocks, GROUP: tl.constexpr,
+    BLOCK_G: tl.constexpr, DV: tl.constexpr, BLOCK_S: tl.constexpr,
+):  # fmt: skip
+    # Output row `pid`: one (KV head, query head of its group).
     h = pid // GROUP
     g = pid % GROUP
     dims = tl.arange(0, DV)

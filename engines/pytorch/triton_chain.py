@@ -1,32 +1,38 @@
-"""The Triton source of `product_chain`: a Gemma 4 layer's five int4 products after
-attention at batch 1 in one launch (`layer_tail_int4`), each product's programs those of
-`triton_int4.gemv_int4` with its prologue and epilogue, waiting on counters instead of on
-the launch before.
+"""The Triton source of `product_chain`: a Gemma 4 layer at batch 1 with int4 weights as
+one launch whose programs wait on counters instead of on the launch before. Each stage's
+programs are those of the kernel it stands for (`triton_int4.gemv_int4_tile`,
+`triton_attention.attention_partial_normed_tile`, `attention_combine_tile`).
 
-Stages, in ticket order: 0 o, with the residual step after it (epilogue 3); 1 gate/up,
-the norm scaled after the product, the GELU gate (prologue 5, epilogue 1); 2 down; 3 the
-per-layer gate, the residual step before it, GELU times the per-layer input (prologue 3,
-epilogue 2); 4 the per-layer projection, the residual step and the layer scalar after it
-(epilogue 3). Each program draws a ticket (an atomic counter: tickets follow the order in
-which programs start), which names its stage and tile; it loads its first chunk of
-weights, waits on the launch before (dependent launch), then until the stage before has
-counted itself done (`done`: every tile of it, or the one program that took the residual
-step of stages 0 and 4), and counts itself done in turn. A ticket drawn later never
-blocks one drawn earlier, so the launch cannot deadlock however the GPU schedules its
-programs. The program that takes stage 4's residual step resets the counters for the
-next launch.
+`layer_tail_int4` holds the five products after attention: 0 o, with the residual step
+after it (epilogue 3); 1 gate/up, the norm scaled after the product, the GELU gate
+(prologue 5, epilogue 1); 2 down; 3 the per-layer gate, the residual step before it, GELU
+times the per-layer input (prologue 3, epilogue 2); 4 the per-layer projection, the
+residual step and the layer scalar after it (epilogue 3). `layer_int4` puts before them
+the q/k/v projection (the input norm scaled after it), the split-KV attention from its
+raw row (q/k norms, rotary, the new key and value written) and the combine: the whole
+layer.
+
+Each program draws a ticket (an atomic counter: tickets follow the order in which
+programs start), which names its stage and tile; it loads what depends on no other
+program (its first chunk of weights, a block of older keys), waits on the launch before
+(dependent launch), then until the stage before has counted itself done (`done`: every
+tile of it, or the one program that took the residual step of an epilogue 3), and counts
+itself done in turn. A ticket drawn later never blocks one drawn earlier, so a launch
+cannot deadlock however the GPU schedules its programs. The program that takes the last
+residual step resets the counters for the next launch.
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
 import triton
 import triton.language as tl
 
+from engines.pytorch.triton_attention import attention_combine_tile, attention_partial_normed_tile
 from engines.pytorch.triton_int4 import gemv_int4_tile
+from engines.pytorch.triton_kernels import _wait_at_least
 
-# The counters (int32): the residual steps' of stages 0 and 4, each stage's `done`, the
-# ticket.
-RESIDUAL_COUNTS, DONE, TICKET = tl.constexpr(0), tl.constexpr(2), tl.constexpr(7)
-COUNTERS, STAGES = tl.constexpr(8), tl.constexpr(5)
+# The counters (int32): the two residual steps', the ticket, then each stage's `done`.
+RESIDUAL_COUNTS, TICKET, DONE = tl.constexpr(0), tl.constexpr(2), tl.constexpr(3)
+COUNTERS = tl.constexpr(16)
 
 
 @triton.jit
@@ -37,26 +43,22 @@ def _count_done(done_ptr):
 
 
 @triton.jit
-def layer_tail_int4(
-    attn_ptr, x_ptr, ple_ptr, scalar_ptr,
+def _tail(
+    ticket, attn_ptr, x_ptr, ple_ptr, scalar_ptr,
     wo_ptr, so_ptr, wgu_ptr, sgu_ptr, wd_ptr, sd_ptr, wpg_ptr, spg_ptr, wpp_ptr, spp_ptr,
     n_post_attn_ptr, n_pre_ff_ptr, n_post_ff_ptr, n_post_ple_ptr,
     o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr, ple_act_ptr, p_ptr, out_ptr, counts_ptr,
-    HIDDEN, ATTN, FF, PLE, eps, t0, t1, t2, t3, t4,
-    GROUP: tl.constexpr, PDL: tl.constexpr,
+    done, HIDDEN, ATTN, FF, PLE, eps, t0, t1, t2, t3, t4, wait_ptr, wait_for,
+    STAGES: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr, O_WAITS: tl.constexpr,
     O_BN: tl.constexpr, O_BK: tl.constexpr, O_GS: tl.constexpr, O_PF: tl.constexpr,
     GU_BN: tl.constexpr, GU_BK: tl.constexpr, GU_GS: tl.constexpr, GU_PF: tl.constexpr,
     D_BN: tl.constexpr, D_BK: tl.constexpr, D_GS: tl.constexpr, D_PF: tl.constexpr,
     PG_BN: tl.constexpr, PG_BK: tl.constexpr, PG_GS: tl.constexpr, PG_PF: tl.constexpr,
     PP_BN: tl.constexpr, PP_BK: tl.constexpr, PP_GS: tl.constexpr, PP_PF: tl.constexpr,
 ):  # fmt: skip
-    # x: the layer's residual row; attn: the attention output (ATTN wide); ple: the
-    # layer's per-layer input (PLE wide); scalar: the layer scalar. Rows the launch
-    # writes: o and p (products before their residual steps), x_attn (after attention),
-    # act (gate/up's GELU gate, FF wide), d (down), x_ff (after the feed-forward),
-    # ple_act (the per-layer gate), out (the layer's output). t0..t4: each stage's tiles.
-    done = counts_ptr + DONE
-    ticket = tl.atomic_add(counts_ptr + TICKET, 1)
+    # Ticket `ticket` of the five products after attention (numbered from 0 here; `done`
+    # their five counters). O_WAITS: o waits until `wait_ptr` counts `wait_for` (the
+    # combine, in `layer_int4`). The last program resets the launch's STAGES counters.
     e0 = t0
     e1 = e0 + t1
     e2 = e1 + t2
@@ -64,8 +66,8 @@ def layer_tail_int4(
     if ticket < e0:
         last = gemv_int4_tile(
             ticket, t0, attn_ptr, x_ptr, x_ptr, n_post_attn_ptr, x_ptr, x_attn_ptr, x_ptr,
-            counts_ptr + RESIDUAL_COUNTS, wo_ptr, so_ptr, o_ptr, HIDDEN, ATTN, eps, done, 0,
-            0, False, 3, PDL, GROUP, O_BN, O_BK, O_GS, O_PF, False,
+            counts_ptr + RESIDUAL_COUNTS, wo_ptr, so_ptr, o_ptr, HIDDEN, ATTN, eps, wait_ptr,
+            wait_for, 0, False, 3, PDL, GROUP, O_BN, O_BK, O_GS, O_PF, O_WAITS,
         )  # fmt: skip
         if last:
             _count_done(done)
@@ -99,6 +101,106 @@ def layer_tail_int4(
         )  # fmt: skip
         if last:
             # Every ticket is drawn and every wait passed: ready for the next launch.
-            stages = tl.arange(0, 8)
-            tl.store(done + stages, tl.zeros((8,), tl.int32), mask=stages < STAGES)
+            stages = tl.arange(0, COUNTERS)
+            first = counts_ptr + DONE
+            tl.store(first + stages, tl.zeros((COUNTERS,), tl.int32), mask=stages < STAGES)
             tl.atomic_xchg(counts_ptr + TICKET, 0)
+
+
+@triton.jit
+def layer_tail_int4(
+    attn_ptr, x_ptr, ple_ptr, scalar_ptr,
+    wo_ptr, so_ptr, wgu_ptr, sgu_ptr, wd_ptr, sd_ptr, wpg_ptr, spg_ptr, wpp_ptr, spp_ptr,
+    n_post_attn_ptr, n_pre_ff_ptr, n_post_ff_ptr, n_post_ple_ptr,
+    o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr, ple_act_ptr, p_ptr, out_ptr, counts_ptr,
+    HIDDEN, ATTN, FF, PLE, eps, t0, t1, t2, t3, t4,
+    GROUP: tl.constexpr, PDL: tl.constexpr,
+    O_BN: tl.constexpr, O_BK: tl.constexpr, O_GS: tl.constexpr, O_PF: tl.constexpr,
+    GU_BN: tl.constexpr, GU_BK: tl.constexpr, GU_GS: tl.constexpr, GU_PF: tl.constexpr,
+    D_BN: tl.constexpr, D_BK: tl.constexpr, D_GS: tl.constexpr, D_PF: tl.constexpr,
+    PG_BN: tl.constexpr, PG_BK: tl.constexpr, PG_GS: tl.constexpr, PG_PF: tl.constexpr,
+    PP_BN: tl.constexpr, PP_BK: tl.constexpr, PP_GS: tl.constexpr, PP_PF: tl.constexpr,
+):  # fmt: skip
+    # x: the layer's residual row; attn: the attention output (ATTN wide); ple: the
+    # layer's per-layer input (PLE wide); scalar: the layer scalar. Rows the launch
+    # writes: o and p (products before their residual steps), x_attn (after attention),
+    # act (gate/up's GELU gate, FF wide), d (down), x_ff (after the feed-forward),
+    # ple_act (the per-layer gate), out (the layer's output). t0..t4: each stage's tiles.
+    ticket = tl.atomic_add(counts_ptr + TICKET, 1)
+    _tail(
+        ticket, attn_ptr, x_ptr, ple_ptr, scalar_ptr, wo_ptr, so_ptr, wgu_ptr, sgu_ptr,
+        wd_ptr, sd_ptr, wpg_ptr, spg_ptr, wpp_ptr, spp_ptr, n_post_attn_ptr, n_pre_ff_ptr,
+        n_post_ff_ptr, n_post_ple_ptr, o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr,
+        ple_act_ptr, p_ptr, out_ptr, counts_ptr, counts_ptr + DONE, HIDDEN, ATTN, FF, PLE,
+        eps, t0, t1, t2, t3, t4, counts_ptr, 0, 5, GROUP, PDL, False, O_BN, O_BK, O_GS,
+        O_PF, GU_BN, GU_BK, GU_GS, GU_PF, D_BN, D_BK, D_GS, D_PF, PG_BN, PG_BK, PG_GS,
+        PG_PF, PP_BN, PP_BK, PP_GS, PP_PF,
+    )  # fmt: skip
+
+
+@triton.jit
+def layer_int4(
+    x_ptr, ple_ptr, scalar_ptr, wqkv_ptr, sqkv_ptr, n_in_ptr, nq_ptr, nk_ptr, cos_ptr,
+    sin_ptr, pos_ptr, k_ptr, v_ptr, hidden_ptr,
+    wo_ptr, so_ptr, wgu_ptr, sgu_ptr, wd_ptr, sd_ptr, wpg_ptr, spg_ptr, wpp_ptr, spp_ptr,
+    n_post_attn_ptr, n_pre_ff_ptr, n_post_ff_ptr, n_post_ple_ptr,
+    qkv_ptr, part_ptr, top_ptr, total_ptr, attn_ptr,
+    o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr, ple_act_ptr, p_ptr, out_ptr, counts_ptr,
+    QKV, kv_len, blocks, stride_kh, stride_kl, stride_vh, stride_vl, scale,
+    HIDDEN, ATTN, FF, PLE, eps, tq, t0, t1, t2, t3, t4,
+    HEADS: tl.constexpr, KV_HEADS: tl.constexpr, GROUP_HEADS: tl.constexpr,
+    BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_S: tl.constexpr,
+    SCALED: tl.constexpr, WRITES_KV: tl.constexpr,
+    GROUP: tl.constexpr, PDL: tl.constexpr,
+    Q_BN: tl.constexpr, Q_BK: tl.constexpr, Q_GS: tl.constexpr, Q_PF: tl.constexpr,
+    O_BN: tl.constexpr, O_BK: tl.constexpr, O_GS: tl.constexpr, O_PF: tl.constexpr,
+    GU_BN: tl.constexpr, GU_BK: tl.constexpr, GU_GS: tl.constexpr, GU_PF: tl.constexpr,
+    D_BN: tl.constexpr, D_BK: tl.constexpr, D_GS: tl.constexpr, D_PF: tl.constexpr,
+    PG_BN: tl.constexpr, PG_BK: tl.constexpr, PG_GS: tl.constexpr, PG_PF: tl.constexpr,
+    PP_BN: tl.constexpr, PP_BK: tl.constexpr, PP_GS: tl.constexpr, PP_PF: tl.constexpr,
+):  # fmt: skip
+    # The whole layer: `layer_tail_int4`'s stages after q/k/v (QKV outputs: the input norm
+    # scaled after the product, tq tiles), the attention's KV_HEADS x `blocks` partial
+    # tiles (into part, top, total) and its combine (KV_HEADS x GROUP_HEADS rows of
+    # attn), as `attention_kernel.decode_attention_normed` runs them. Counters: q/k/v,
+    # the partial, the combine, then the tail's five.
+    done = counts_ptr + DONE
+    ticket = tl.atomic_add(counts_ptr + TICKET, 1)
+    tiles = KV_HEADS * blocks
+    if ticket < tq:
+        gemv_int4_tile(
+            ticket, tq, x_ptr, x_ptr, n_in_ptr, x_ptr, x_ptr, x_ptr, x_ptr, counts_ptr,
+            wqkv_ptr, sqkv_ptr, qkv_ptr, QKV, HIDDEN, eps, done, 0, 5, False, 0, PDL, GROUP,
+            Q_BN, Q_BK, Q_GS, Q_PF, False,
+        )  # fmt: skip
+        _count_done(done)
+    elif ticket < tq + tiles:
+        tile = ticket - tq
+        attention_partial_normed_tile(
+            tile // blocks, tile % blocks, blocks, qkv_ptr, nq_ptr, nk_ptr, cos_ptr, sin_ptr,
+            pos_ptr, k_ptr, v_ptr, hidden_ptr, part_ptr, top_ptr, total_ptr, kv_len,
+            stride_kh, stride_kl, stride_vh, stride_vl, scale, eps, done, tq, HEADS,
+            KV_HEADS, GROUP_HEADS, BLOCK_G, D, BLOCK_L, SCALED, WRITES_KV, PDL, True,
+        )  # fmt: skip
+        _count_done(done + 1)
+    elif ticket < tq + tiles + KV_HEADS * GROUP_HEADS:
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+            tl.extra.cuda.gdc_wait()
+        _wait_at_least(done + 1, tiles)
+        attention_combine_tile(
+            ticket - tq - tiles, part_ptr, top_ptr, total_ptr, attn_ptr, blocks, GROUP_HEADS,
+            BLOCK_G, D, BLOCK_S,
+        )  # fmt: skip
+        _count_done(done + 2)
+    else:
+        _tail(
+            ticket - tq - tiles - KV_HEADS * GROUP_HEADS, attn_ptr, x_ptr, ple_ptr,
+            scalar_ptr, wo_ptr, so_ptr, wgu_ptr, sgu_ptr, wd_ptr, sd_ptr, wpg_ptr, spg_ptr,
+            wpp_ptr, spp_ptr, n_post_attn_ptr, n_pre_ff_ptr, n_post_ff_ptr, n_post_ple_ptr,
+            o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr, ple_act_ptr, p_ptr, out_ptr,
+            counts_ptr, done + 3, HIDDEN, ATTN, FF, PLE, eps, t0, t1, t2, t3, t4, done + 2,
+            KV_HEADS * GROUP_HEADS, 8, GROUP, PDL, True, O_BN, O_BK, O_GS, O_PF, GU_BN,
+            GU_BK, GU_GS, GU_PF, D_BN, D_BK, D_GS, D_PF, PG_BN, PG_BK, PG_GS, PG_PF, PP_BN,
+            PP_BK, PP_GS, PP_PF,
+        )  # fmt: skip

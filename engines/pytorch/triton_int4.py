@@ -49,15 +49,14 @@ from engines.pytorch.int4_tuning import (
     prune_matmul,
 )
 from engines.pytorch.triton_kernels import (
+    COMPILED,
     _gelu_tanh,
     _input,
     _prologue,
     _residual_after,
     _round,
+    _wait_at_least,
 )
-
-# Compiled kernels may carry inline PTX; Triton's interpreter (the CPU tests) runs none.
-COMPILED = tl.constexpr(not triton.knobs.runtime.interpret)
 
 
 @triton.jit
@@ -195,21 +194,6 @@ def gemv_int4(
         m_ptr, count_ptr, wq_ptr, ws_ptr, y_ptr, N, K, eps, count_ptr, 0, PROLOGUE, SCALE,
         EPILOGUE, PDL, GROUP, BLOCK_N, BLOCK_K, GROUP_SCALES, PREFETCH, False,
     )  # fmt: skip
-
-
-@triton.jit
-def _wait_at_least(count_ptr, need):
-    # Until another program of the launch has counted `need` (an acquiring load a poll,
-    # a short sleep between polls: the waiting programs leave the counter's L2 slice and
-    # their SM's issue slots to the programs that work).
-    seen = tl.atomic_add(count_ptr, 0, sem="acquire")
-    while seen < need:
-        if COMPILED:
-            seen = tl.inline_asm_elementwise(
-                "nanosleep.u32 64; mov.b32 $0, $1;", "=r,r", [seen], dtype=tl.int32,
-                is_pure=False, pack=1,
-            )  # fmt: skip
-        seen = tl.atomic_add(count_ptr, 0, sem="acquire")
 
 
 @triton.jit

@@ -18,6 +18,9 @@ times a vector, 3 residual step after the product (`_residual_after`).
 import triton
 import triton.language as tl
 
+# Compiled kernels may carry inline PTX; Triton's interpreter (the CPU tests) runs none.
+COMPILED = tl.constexpr(not triton.knobs.runtime.interpret)
+
 GEMV_CONFIGS = [
     triton.Config({"BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
     for bn, bk, w, s in (
@@ -92,9 +95,7 @@ def _residual_after(
         if last:
             y = tl.load(y_ptr + cols, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(y * y, axis=0) / N + eps)
-            xn = _residual_of(
-                r.to(tl.float32), y, rw.to(tl.float32), scalar, rstd, r_ptr, SCALE
-            )
+            xn = _residual_of(r.to(tl.float32), y, rw.to(tl.float32), scalar, rstd, r_ptr, SCALE)
             tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=ok)
             tl.atomic_xchg(count_ptr, 0)
     else:
@@ -112,6 +113,21 @@ def _residual_after(
                 tl.store(xo_ptr + cols, xn.to(xo_ptr.dtype.element_ty), mask=ok)
             tl.atomic_xchg(count_ptr, 0)
     return last
+
+
+@triton.jit
+def _wait_at_least(count_ptr, need):
+    # Until another program of the launch has counted `need` (an acquiring load a poll,
+    # a short sleep between polls: the waiting programs leave the counter's L2 slice and
+    # their SM's issue slots to the programs that work).
+    seen = tl.atomic_add(count_ptr, 0, sem="acquire")
+    while seen < need:
+        if COMPILED:
+            seen = tl.inline_asm_elementwise(
+                "nanosleep.u32 64; mov.b32 $0, $1;", "=r,r", [seen], dtype=tl.int32,
+                is_pure=False, pack=1,
+            )  # fmt: skip
+        seen = tl.atomic_add(count_ptr, 0, sem="acquire")
 
 
 @triton.jit

@@ -42,6 +42,8 @@ def test_one_launch_computes_the_five_launches_products() -> None:
     assert result["same"] == [True, True, True], result
     assert result["counters_reset"], result
     assert result["torch_error"] < 0.05, result
+    for writes_kv, same in result["whole_layer"].items():
+        assert all(same.values()), (writes_kv, same)
 
 
 def _layer(dtype: Any) -> tuple[Any, ...]:
@@ -61,7 +63,9 @@ def _layer(dtype: Any) -> tuple[Any, ...]:
     return attn, x, ple, weights, norms, torch.full((1,), 0.7).to(dtype)
 
 
-def _separate(attn: Any, x: Any, ple: Any, weights: Any, norms: Any, scalar: Any) -> Any:
+def _separate(
+    attn: Any, x: Any, ple: Any, weights: Any, norms: Any, scalar: Any, attn_width: int = ATTN
+) -> Any:
     """The five `gemv_int4` launches at `TILES`, as `kernels` makes them."""
     import torch
     import triton
@@ -87,7 +91,7 @@ def _separate(attn: Any, x: Any, ple: Any, weights: Any, norms: Any, scalar: Any
     n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
     x_attn, x_ff, out = (torch.empty(1, HIDDEN, dtype=x.dtype) for _ in range(3))
     k3 = kernels.RESIDUAL_AFTER
-    launch(attn, w_o, HIDDEN, ATTN, TILES[0], 0, k3, b=x, rw=n_post_attn, xo=x_attn)
+    launch(attn, w_o, HIDDEN, attn_width, TILES[0], 0, k3, b=x, rw=n_post_attn, xo=x_attn)
     act = launch(x_attn, w_gu, FF, HIDDEN, TILES[1], kernels.RMS_NORM_AFTER,
                  kernels.GELU_PAIR, nw=n_pre_ff)  # fmt: skip
     d = launch(act, w_d, HIDDEN, FF, TILES[2], 0, 0)
@@ -122,7 +126,75 @@ def _child() -> dict[str, Any]:
         attn, x, ple, weights, norms, scalar, 1e-6, fused=False, chained=True
     )
     error = (got.float() - torch_form.float()).abs().max() / torch_form.float().abs().max()
-    return {"same": same, "counters_reset": not counters.any(), "torch_error": float(error)}
+    whole = {writes: _whole_layer_same(writes) for writes in (True, False)}
+    return {
+        "same": same,
+        "counters_reset": not counters.any(),
+        "torch_error": float(error),
+        "whole_layer": whole,
+    }
+
+
+def _whole_layer_same(writes_kv: bool) -> dict[str, bool]:
+    """`product_chain.whole_layer`'s launch against q/k/v's `gemv_int4` launch, the
+    normed attention kernel and the tail's five launches, at the same tiles: the layer's
+    row and the pools (the new key and value row where the layer writes KV), twice."""
+    import torch
+
+    from engines.pytorch import attention_kernel, int4, kernels, product_chain, triton_int4
+
+    attn_unused, x, ple, tail, norms, scalar = _layer(torch.bfloat16)
+    del attn_unused
+    gen = torch.Generator().manual_seed(1)
+    heads, kv_heads, head_dim, kv_len, length = 3, 1, ATTN // 3, 40, 37
+    qkv_width = (heads + (2 * kv_heads if writes_kv else 0)) * head_dim
+    w_qkv = int4.quantize((torch.randn(qkv_width, HIDDEN, generator=gen) / 8).bfloat16(), 32)
+    n_in, n_q, n_k = (1.0 + torch.randn(n, generator=gen).bfloat16() * 0.1 for n in
+                      (HIDDEN, head_dim, head_dim))  # fmt: skip
+    angles = torch.randn(1, head_dim // 2, generator=gen) * 3
+    cos, sin = (torch.cat([f(angles)] * 2, dim=-1).bfloat16() for f in (torch.cos, torch.sin))
+    pools = torch.randn(2, 2, kv_heads, kv_len + 8, head_dim, generator=gen).bfloat16()
+    hidden = (torch.arange(kv_len) > length - 1)[None, None, None, :]
+    positions = torch.tensor([length - 1])
+    qkv_tile = (16, 64, True, False)
+    # The separate launches, into their own copy of the pools.
+    k_want, v_want = pools[0].clone(), pools[1].clone()
+    qkv = torch.empty(1, qkv_width, dtype=torch.bfloat16)
+    counter = torch.zeros(1, dtype=torch.int32)
+    triton_int4.gemv_int4.fn[(qkv_width // qkv_tile[0],)](
+        x, x, n_in, x, x, x, x, counter, *w_qkv, qkv, qkv_width, HIDDEN, 1e-6,
+        PROLOGUE=kernels.RMS_NORM_AFTER, SCALE=False, EPILOGUE=0, PDL=False, GROUP=32,
+        BLOCK_N=16, BLOCK_K=64, GROUP_SCALES=True, PREFETCH=False, num_warps=4,
+    )  # fmt: skip
+    attn = attention_kernel.decode_attention_normed(
+        qkv,
+        n_q,
+        n_k,
+        cos,
+        sin,
+        positions,
+        k_want,
+        v_want,
+        hidden,
+        heads,
+        writes_kv,
+        1.0,
+        1e-6,
+    ).reshape(1, -1)
+    attn_norms = (n_in, n_q, n_k, *norms)
+    want = _separate(attn, x, ple, tail, norms, scalar, attn.shape[-1])
+    k_got, v_got = pools[0].clone(), pools[1].clone()
+    same = {}
+    for run in ("first", "again"):
+        got = product_chain._launch_layer(
+            x, ple, scalar, *w_qkv, *attn_norms[:3], cos, sin, positions, k_got, v_got,
+            hidden, *[t for pair in tail for t in pair], *norms, heads, writes_kv, 1.0, 1e-6,
+            tiles=[qkv_tile, *TILES],
+        )  # fmt: skip
+        same[run] = bool(torch.equal(got, want))
+    same["pools"] = bool(torch.equal(k_got, k_want) and torch.equal(v_got, v_want))
+    same["counters"] = not product_chain._counters(torch.device("cpu")).any()
+    return same
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -160,48 +232,137 @@ def test_on_a_gpu_one_launch_serves_graphs_as_the_five_launches_do() -> None:
         assert torch.equal(replayed, got)
 
 
-@pytest.mark.parametrize(("ff", "attn"), [(6144, 2048), (12288, 4096)])
-def test_the_launch_builds_for_sm90_at_the_pinned_tiles(ff: int, attn: int) -> None:
-    """What only the compiler checks (the polls' inline asm, the counters' orderings, each
-    stage's constexpr tile), on a machine with no GPU, at the tiles an H200 would run
-    (E2B's sliding and full layers, the double-width feed-forward)."""
+# Runtime integer arguments of the chain's kernels; every other upper-case one is a
+# constexpr. Pointers to int32 (packed weights, counters), float32 (partials) and the rest.
+INTS = ("QKV", "kv_len", "blocks", "stride_kh", "stride_kl", "stride_vh", "stride_vl",
+        "HIDDEN", "ATTN", "FF", "PLE", "tq", "t0", "t1", "t2", "t3", "t4")  # fmt: skip
+INT32_POINTERS = ("wqkv_ptr", "wo_ptr", "wgu_ptr", "wd_ptr", "wpg_ptr", "wpp_ptr", "counts_ptr")
+FLOAT32_POINTERS = ("part_ptr", "top_ptr", "total_ptr")
+
+
+def _build_for_sm90(kernel: Any, constants: dict[str, Any], warps: int) -> str:
+    """The kernel's PTX for sm_90, pointers and widths specialized as a launch does
+    (16-byte aligned, multiples of 16)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from engines.pytorch import product_chain, triton_chain
-
-    kernel = triton_chain.layer_tail_int4
-    ints = ("HIDDEN", "ATTN", "FF", "PLE", "t0", "t1", "t2", "t3", "t4")
-    packed = ("wo_ptr", "wgu_ptr", "wd_ptr", "wpg_ptr", "wpp_ptr", "counts_ptr")
     signature: dict[str, str] = {}
     for name in kernel.arg_names:
-        if name.isupper() and name not in ints:
+        if name in constants:
             signature[name] = "constexpr"
-        elif name in ints:
+        elif name in INTS:
             signature[name] = "i32"
+        elif name in ("scale", "eps"):
+            signature[name] = "fp32"
         else:
-            signature[name] = "fp32" if name == "eps" else ("*i32" if name in packed else "*bf16")
-    tiles = product_chain.stage_tiles(
-        "NVIDIA H200", product_chain.stage_shapes(1536, attn, ff, 256), 32
-    )
-    constants: dict[str, object] = {"GROUP": 32, "PDL": True}
-    for stage, (block_n, block_k, group_scales, prefetch) in zip(
-        ("O", "GU", "D", "PG", "PP"), tiles, strict=True
-    ):
-        constants |= {f"{stage}_BN": block_n, f"{stage}_BK": block_k}
-        constants |= {f"{stage}_GS": group_scales, f"{stage}_PF": prefetch}
-    # Pointers and widths as a launch specializes them (16-byte aligned, multiples of 16).
+            kinds = {"pos_ptr": "*i64", "hidden_ptr": "*u8"}
+            kinds |= dict.fromkeys(INT32_POINTERS, "*i32") | dict.fromkeys(
+                FLOAT32_POINTERS, "*fp32"
+            )
+            signature[name] = kinds.get(name, "*bf16")
     aligned = {
         (i,): [["tt.divisibility", 16]]
         for i, (name, kind) in enumerate(signature.items())
-        if "*" in kind or name in ints[:4]
+        if "*" in kind or name in INTS[:1] + INTS[3:11]
     }
     source = ASTSource(kernel, signature, constexprs=constants, attrs=aligned)
-    options = {"num_warps": product_chain.WARPS, "num_stages": 1, "launch_pdl": True}
-    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+    options = {"num_warps": warps, "num_stages": 1, "launch_pdl": True}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
+@pytest.mark.parametrize(
+    ("head_dim", "ff", "writes_kv"),
+    [(256, 6144, True), (256, 12288, False), (512, 6144, True), (512, 12288, False)],
+)
+def test_the_launches_build_for_sm90_at_the_pinned_tiles(
+    head_dim: int, ff: int, writes_kv: bool
+) -> None:
+    """What only the compiler checks (the polls' inline asm, the counters' orderings, each
+    stage's constexpr tile), on a machine with no GPU, at the tiles an H200 would run for
+    E2B's kinds of layer (sliding and full, writing KV or reading an earlier layer's, the
+    feed-forward single or double): the tail's launch and the whole layer's."""
+    from engines.pytorch import attention_kernel, kernels, product_chain, triton_chain
+
+    heads, hidden, gpu = 8, 1536, "NVIDIA H200"
+    shapes = product_chain.stage_shapes(hidden, heads * head_dim, ff, 256)
+    tail: dict[str, Any] = {"GROUP": 32, "PDL": True}
+    for stage, tile in zip(
+        ("O", "GU", "D", "PG", "PP"), product_chain.stage_tiles(gpu, shapes, 32), strict=True
+    ):
+        tail |= product_chain._tile_meta(stage, tile)
+    ptx = _build_for_sm90(triton_chain.layer_tail_int4, tail, product_chain.WARPS)
     assert "griddepcontrol.wait" in ptx and "nanosleep" in ptx
     assert "gpu.acquire.b32" in ptx and "gpu.release.add" in ptx
+    qkv_width = (heads + (2 if writes_kv else 0)) * head_dim
+    qkv = product_chain.pinned_tile(gpu, qkv_width, hidden, kernels.RMS_NORM_AFTER, 0, 32)
+    _block_l, blocks, block_g = attention_kernel.split(1024, heads)
+    warps = attention_kernel.partial_warps(head_dim)
+    layer = tail | product_chain._tile_meta("Q", qkv)
+    layer |= {"HEADS": heads, "KV_HEADS": 1, "GROUP_HEADS": heads, "BLOCK_G": block_g,
+              "D": head_dim, "BLOCK_L": 32, "SCALED": False, "WRITES_KV": writes_kv,
+              "BLOCK_S": attention_kernel.combine_blocks(head_dim, blocks, warps)}  # fmt: skip
+    ptx = _build_for_sm90(triton_chain.layer_int4, layer, warps)
+    assert "griddepcontrol.wait" in ptx and "gpu.release.add" in ptx
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("head_dim", [256, 512])
+def test_on_a_gpu_one_launch_serves_a_whole_layer_as_its_eight_launches_do(
+    head_dim: int,
+) -> None:
+    """E2B's layer shapes (sliding and full): the whole layer's launch against q/k/v, the
+    normed attention kernel and the tail's five launches, within rounding (its stages run
+    one number of warps), the new key and value rows written alike, the same bits run
+    after run and in a replayed CUDA graph."""
+    from engines.pytorch import attention_kernel, kernels, product_chain
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    heads, hidden, ff, ple_width, kv_len, length = 8, 1536, 6144, 256, 1024, 700
+
+    def rand(*shape: int, scale: float = 1.0) -> torch.Tensor:
+        return (torch.randn(*shape, generator=gen, device="cuda") * scale).to(torch.bfloat16)
+
+    shapes = [((heads + 2) * head_dim, hidden), (hidden, heads * head_dim), (2 * ff, hidden),
+              (hidden, ff), (ple_width, hidden), (hidden, ple_width)]  # fmt: skip
+    weights = tuple(int4.quantize(rand(n, k, scale=k**-0.5), 32) for n, k in shapes)
+    norms = tuple(1.0 + rand(n, scale=0.1) for n in (hidden, head_dim, head_dim) + (hidden,) * 4)
+    x, ple = rand(1, hidden, scale=2.0), rand(1, ple_width)
+    scalar = torch.full((1,), 0.7, device="cuda", dtype=torch.bfloat16)
+    angles = torch.randn(1, head_dim // 2, generator=gen, device="cuda") * 3
+    cos, sin = (torch.cat([f(angles)] * 2, dim=-1).bfloat16() for f in (torch.cos, torch.sin))
+    pools = rand(2, 2, 1, kv_len + 8, head_dim)
+    hidden_mask = (torch.arange(kv_len, device="cuda") > length - 1)[None, None, None, :]
+    positions = torch.tensor([length - 1], device="cuda")
+    k_want, v_want = pools[0].clone(), pools[1].clone()
+    qkv = kernels.norm_linear(x, norms[0], 1e-6, weights[0], True, post_scale=True)
+    attn = attention_kernel.decode_attention_normed(
+        qkv, norms[1], norms[2], cos, sin, positions, k_want, v_want, hidden_mask, heads,
+        True, 1.0, 1e-6,
+    ).reshape(1, -1)  # fmt: skip
+    want = product_chain.layer_tail(
+        attn, x, ple, weights[1:], norms[3:], scalar, 1e-6, True, chained=False
+    )
+    k_got, v_got = pools[0].clone(), pools[1].clone()
+    args = (x, ple, weights, norms, scalar, k_got, v_got, cos, sin, hidden_mask, positions,
+            heads, True, 1.0, 1e-6)  # fmt: skip
+    got = product_chain.whole_layer(*args)
+    error = float((got.float() - want.float()).abs().max() / want.float().abs().max())
+    assert error < 2e-2, error
+    for got_pool, want_pool in ((k_got, k_want), (v_got, v_want)):
+        new_row = got_pool[0, :, length - 1].float()
+        assert (new_row - want_pool[0, :, length - 1].float()).abs().max() < 5e-2
+        got_pool[0, :, length - 1] = want_pool[0, :, length - 1]
+        assert torch.equal(got_pool, want_pool)  # nothing else written
+    assert torch.equal(product_chain.whole_layer(*args), got)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        replayed = product_chain.whole_layer(*args)
+    for _ in range(3):
+        replayed.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(replayed, got)
 
 
 if __name__ == "__main__":
