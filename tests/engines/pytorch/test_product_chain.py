@@ -31,6 +31,22 @@ TILES = [(16, 64, True, False), (16, 64, True, True), (8, 64, False, False),
          (8, 64, True, False), (16, 32, True, False)]  # fmt: skip
 
 
+def _run_child(part: str) -> dict[str, Any]:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    proc = subprocess.run(
+        [sys.executable, __file__, part], env=env, capture_output=True, text=True,
+        timeout=900, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_decode_program_serves_the_same_logits_chained() -> None:
+    result = _run_child("program")
+    assert result["launches"]["tail"] > 0 and result["launches"]["layer"] > 0, result
+    assert all(result["same"].values()), result
+
+
 def test_one_launch_computes_the_five_launches_products() -> None:
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
@@ -365,5 +381,73 @@ def test_on_a_gpu_one_launch_serves_a_whole_layer_as_its_eight_launches_do(
         assert torch.equal(replayed, got)
 
 
+def _program_child() -> dict[str, Any]:
+    """tiny-gemma4 with int4 decoder modules on the CPU (groups of 8: its per-layer width),
+    decoding through the kernels in Triton's interpreter (the program keeps the torch
+    forms on a CPU; the guards are opened here, as in `test_triton_interpreter`), with
+    `--chained-products` off, tail and layer: the same logits, step by step, bit for bit
+    (one block shape a product in every form; the attention kernels write the KV rows
+    the next steps read)."""
+    import torch
+
+    from engines.pytorch import (
+        attention_kernel,
+        checkpoint,
+        int4_tuning,
+        kernels,
+        product_chain,
+        triton_int4,
+        triton_interpreter,
+    )
+    from engines.pytorch.model import load_model
+    from engines.pytorch.runner import ModelRunner
+
+    triton_interpreter.fix()
+    kernels._use_kernel = lambda fused, x, weight: fused and x.shape[0] == 1  # type: ignore[assignment]
+    attention_kernel.use_kernel = lambda q, k_pool: q.shape[0] == 1  # type: ignore[assignment]
+    product_chain.applies = lambda x, weights: (
+        x.shape[0] == 1
+        and all(  # type: ignore[assignment]
+            isinstance(w, tuple) for w in weights
+        )
+    )
+    # The tile the chain takes on a CPU, for the separate launches too.
+    triton_int4.gemv_int4.configs = [
+        int4_tuning.config_from_label("block_n=8,block_k=2048,group_scales=1,w=4,s=1")
+    ]
+    launches = {"tail": 0, "layer": 0}
+    for name in launches:
+        original = getattr(product_chain, "_launch" if name == "tail" else "_launch_layer")
+
+        def counted(*args: Any, name: str = name, original: Any = original, **kw: Any) -> Any:
+            launches[name] += 1
+            return original(*args, **kw)
+
+        setattr(product_chain, "_launch" if name == "tail" else "_launch_layer", counted)
+    prompt = [257, *range(40, 70)]  # past tiny-gemma4's 16-token sliding window
+
+    def decode(chained: str) -> list[torch.Tensor]:
+        loaded = load_model("random:tiny-gemma4", device="cpu", dtype="float32")
+        checkpoint.quantize_model(loaded.model, group_size=8, int4_modules=True)
+        runner = ModelRunner(
+            loaded, num_slots=2, batch_invariant=False, batched_decode=True, fused_norms=True,
+            decode_program=True, triton_gemv=True, attention_form="normed-kernel",
+            chained_products=chained,
+        )  # fmt: skip
+        runner.prefill(0, prompt)
+        return [
+            runner.decode([0], [token], [len(prompt) + k]).clone()
+            for k, token in enumerate(range(70, 74))
+        ]
+
+    want = decode("off")
+    same = {}
+    for chained in ("tail", "layer"):
+        got = decode(chained)
+        for step, (g, w) in enumerate(zip(got, want, strict=True)):
+            same[f"{chained} step {step}"] = bool(torch.equal(g, w))
+    return {"launches": launches, "same": same}
+
+
 if __name__ == "__main__":
-    print(json.dumps(_child()))
+    print(json.dumps(_program_child() if sys.argv[1:] == ["program"] else _child()))
