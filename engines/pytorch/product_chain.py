@@ -288,6 +288,8 @@ def _launch_layer(
     qkv = torch.empty(1, qkv_width, dtype=x.dtype, device=x.device)
     attn = torch.empty(1, attn_width, dtype=x.dtype, device=x.device)
     k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
+    # The combine's blocks a pass as for the pools' whole capacity (BLOCK_S below): one
+    # compiled launch a kind of layer for every KV bucket, not one a bucket.
     grid = qkv_tiles + kv_heads * blocks + heads + sum(counts)
     pdl = dependent_launch.enabled(x.device)
     triton_chain.layer_int4[(grid,)](
@@ -298,7 +300,7 @@ def _launch_layer(
         *attention_kernel.pool_strides(k0, v0), scale, x.shape[-1], attn_width, ff,
         ple_width, eps, qkv_tiles, *counts, HEADS=heads, KV_HEADS=kv_heads,
         GROUP_HEADS=group_heads, BLOCK_G=block_g, D=head_dim, BLOCK_L=block_l,
-        BLOCK_S=attention_kernel.combine_blocks(head_dim, blocks, warps),
+        BLOCK_S=attention_kernel.combine_blocks(head_dim, -(-k0.shape[1] // block_l), warps),
         SCALED=scale != 1.0, WRITES_KV=writes_kv, GROUP=group, PDL=pdl,
         **_tile_meta("Q", qkv_tile), **meta, num_warps=warps, num_stages=1, launch_pdl=pdl,
     )  # fmt: skip

@@ -138,7 +138,9 @@ def layer_tail_int4(
     )  # fmt: skip
 
 
-@triton.jit
+# The KV length and its blocks change with the KV bucket: not specialized (Triton compiles
+# a variant for 1 and for multiples of 16), so one compiled launch serves every bucket.
+@triton.jit(do_not_specialize=["kv_len", "blocks"])
 def layer_int4(
     x_ptr, ple_ptr, scalar_ptr, wqkv_ptr, sqkv_ptr, n_in_ptr, nq_ptr, nk_ptr, cos_ptr,
     sin_ptr, pos_ptr, k_ptr, v_ptr, hidden_ptr,
