@@ -13,8 +13,6 @@ The interpreter runs in a child process (this file is its script), as in
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from typing import Any
 
@@ -22,6 +20,7 @@ import pytest
 import torch
 
 from engines.pytorch import int4
+from tests.engines.pytorch import interpreter_child
 
 pytest.importorskip("triton")
 
@@ -31,30 +30,14 @@ TILES = [(16, 64, True, False), (16, 64, True, True), (8, 64, False, False),
          (8, 64, True, False), (16, 32, True, False)]  # fmt: skip
 
 
-def _run_child(part: str) -> dict[str, Any]:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__, part], env=env, capture_output=True, text=True,
-        timeout=900, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def test_the_decode_program_serves_the_same_logits_chained() -> None:
-    result = _run_child("program")
+    result = interpreter_child.run(__file__, "program")
     assert result["launches"]["tail"] > 0 and result["launches"]["layer"] > 0, result
     assert all(result["same"].values()), result
 
 
 def test_one_launch_computes_the_five_launches_products() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__], env=env, capture_output=True, text=True, timeout=600,
-        check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = interpreter_child.run(__file__)
     assert result["same"] == [True, True, True], result
     assert result["counters_reset"], result
     assert result["torch_error"] < 0.05, result

@@ -19,33 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.engines.pytorch import interpreter_child
+
 pytest.importorskip("triton")
 
-# Two layers of six products, ragged against the tile (40 outputs in tiles of 16) and
-# against the chunk (inputs of 32, 96 and 128 in chunks of 64).
-TINY_LAYER = (
-    ("a", 96, 64),
-    ("b", 40, 96),
-    ("c", 128, 32),
-    ("d", 64, 128),
-    ("e", 32, 64),
-    ("f", 64, 32),
-)
 BLOCK_N, BLOCK_K = 16, 64
 
 
 def test_chained_launches_compute_what_separate_launches_do() -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    result = interpreter_child.run(__file__, timeout_s=600)
     assert result["launches_error"] < 2**-7, result
     assert all(result["same"].values()) and len(result["same"]) == 4, result
 
@@ -57,12 +39,12 @@ def _child() -> dict[str, object]:
     from engines.pytorch import triton_interpreter
 
     triton_interpreter.fix()
-    chain = sc.build(2, "cpu", torch.bfloat16, TINY_LAYER)
+    chain = sc.build(2, "cpu", torch.bfloat16, sc.DRY_RUN_LAYER)
     start = chain.stages[0][2]
     sc.run_launches(chain, BLOCK_N, BLOCK_K, 4, pdl=False)
     separate = chain.acts.clone()
     same = {}
-    for name, group in (("a launch a layer", len(TINY_LAYER)), ("one launch", 12)):
+    for name, group in (("a launch a layer", len(sc.DRY_RUN_LAYER)), ("one launch", 12)):
         chain.acts[start:] = 0
         sc.run_chained(chain, sc.plan(chain, group, BLOCK_N), BLOCK_N, BLOCK_K, 4)
         same[name] = bool(torch.equal(chain.acts, separate))

@@ -12,29 +12,19 @@ Skipped where Triton is not installed.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from typing import Any
 
 import pytest
+
+from tests.engines.pytorch import interpreter_child
 
 pytest.importorskip("triton")
 
 
 @pytest.mark.parametrize("part", ["dense", "int4", "program"])
 def test_kernels_compute_their_torch_forms_in_the_interpreter(part: str) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run(
-        [sys.executable, __file__, part],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    errors: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    errors: dict[str, Any] = interpreter_child.run(__file__, part, timeout_s=600)
     failed = {name: e for name, e in errors.items() if not e["ok"]}
     assert not failed, failed
 
