@@ -87,9 +87,12 @@ def applies(x: torch.Tensor, weights: tuple[Weight, ...]) -> bool:
 
 
 @functools.cache
-def _counters(device: torch.device) -> torch.Tensor:
-    """The chain's counters (`triton_chain`), zeroed once and by every launch's end:
-    launches run one after another on the stream, as `kernels`' residual counter's do."""
+def counters(device: torch.device, layer: int) -> torch.Tensor:
+    """The chain's counters (`triton_chain`) for one layer (`layer`: its first weight's
+    address), zeroed once and again by each of its launches as it ends. One set a layer,
+    not one a device as `kernels`' residual counter is: a launch draws tickets before it
+    waits on the launch before (`griddepcontrol.wait`), and with dependent launches the
+    next layer's launch may start while this one's last programs still count."""
     from engines.pytorch import triton_chain
 
     return torch.zeros(triton_chain.COUNTERS.value, dtype=torch.int32, device=device)
@@ -178,7 +181,7 @@ def _launch(
     pdl = dependent_launch.enabled(x.device)
     triton_chain.layer_tail_int4[(sum(counts),)](
         attn, x, ple, scalar, wo, so, wgu, sgu, wd, sd, wpg, spg, wpp, spp,
-        n_post_attn, n_pre_ff, n_post_ff, n_post_ple, *rows, _counters(x.device),
+        n_post_attn, n_pre_ff, n_post_ff, n_post_ple, *rows, counters(x.device, wo.data_ptr()),
         x.shape[-1], attn_width, ff, ple_width, eps, *counts,
         GROUP=group, PDL=pdl, num_warps=WARPS, num_stages=1, launch_pdl=pdl, **meta,
     )  # fmt: skip
@@ -296,7 +299,7 @@ def _launch_layer(
         x, ple, scalar, wqkv, sqkv, n_in, n_q, n_k, cos, sin, positions, k0, v0,
         hidden.reshape(-1).view(torch.uint8), wo, so, wgu, sgu, wd, sd, wpg, spg, wpp, spp,
         n_post_attn, n_pre_ff, n_post_ff, n_post_ple, qkv, part, top, total, attn, *rows,
-        _counters(x.device), qkv_width, kv_len, blocks,
+        counters(x.device, wqkv.data_ptr()), qkv_width, kv_len, blocks,
         *attention_kernel.pool_strides(k0, v0), scale, x.shape[-1], attn_width, ff,
         ple_width, eps, qkv_tiles, *counts, HEADS=heads, KV_HEADS=kv_heads,
         GROUP_HEADS=group_heads, BLOCK_G=block_g, D=head_dim, BLOCK_L=block_l,

@@ -120,7 +120,7 @@ def _child() -> dict[str, Any]:
         attn, x, ple, weights, norms, scalar, 1e-6, fused=True, chained=True
     )
     same.append(bool(torch.equal(got, want)))
-    counters = product_chain._counters(torch.device("cpu"))
+    counters = product_chain.counters(torch.device("cpu"), parts[0].data_ptr())
     torch_form = product_chain.layer_tail(
         attn, x, ple, weights, norms, scalar, 1e-6, fused=False, chained=True
     )
@@ -192,7 +192,7 @@ def _whole_layer_same(writes_kv: bool) -> dict[str, bool]:
         )  # fmt: skip
         same[run] = bool(torch.equal(got, want))
     same["pools"] = bool(torch.equal(k_got, k_want) and torch.equal(v_got, v_want))
-    same["counters"] = not product_chain._counters(torch.device("cpu")).any()
+    same["counters"] = not product_chain.counters(torch.device("cpu"), w_qkv[0].data_ptr()).any()
     return same
 
 
