@@ -30,7 +30,8 @@ from engines.pytorch import dependent_launch, kernels
 from engines.pytorch.kernels import Weight
 
 Int4 = tuple[torch.Tensor, torch.Tensor]
-Int4Weights = tuple[Int4, Int4, Int4, Int4, Int4]
+Int4Tail = tuple[Int4, Int4, Int4, Int4, Int4]
+Int4Layer = tuple[Int4, Int4, Int4, Int4, Int4, Int4]
 # (BLOCK_N, BLOCK_K, GROUP_SCALES, PREFETCH) where the pinned table has no entry.
 DEFAULT_TILE = (8, 2048, True, False)
 WARPS = 4
@@ -60,7 +61,7 @@ def layer_tail(
     projection (times `layer_scalar`), with norms (post-attention, pre-feed-forward,
     post-feed-forward, post-per-layer). `chained` where `applies`: one launch."""
     if fused and chained and applies(x, weights):
-        (wo, so), (wgu, sgu), (wd, sd), (wpg, spg), (wpp, spp) = cast(Int4Weights, weights)
+        (wo, so), (wgu, sgu), (wd, sd), (wpg, spg), (wpp, spp) = cast("Int4Tail", weights)
         launch = _layer_tail_op if torch.compiler.is_compiling() else _launch
         return launch(
             attn.contiguous(), x.contiguous(), ple.contiguous(), layer_scalar, wo, so, wgu,
@@ -235,7 +236,7 @@ def whole_layer(
     attention `attention_kernel.decode_attention_normed` makes (norms: input, q, k, then
     `layer_tail`'s four), its KV row written to slot 0 of the pools, then `layer_tail`."""
     (wqkv, sqkv), (wo, so), (wgu, sgu), (wd, sd), (wpg, spg), (wpp, spp) = cast(
-        tuple[Int4, Int4, Int4, Int4, Int4, Int4], weights
+        "Int4Layer", weights
     )
     n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
     launch = _layer_op if torch.compiler.is_compiling() else _launch_layer
