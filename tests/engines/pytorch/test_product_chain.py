@@ -1,13 +1,20 @@
-"""`product_chain`: a layer's five int4 products after attention in one launch, on the
-CPU through Triton's interpreter. The launch gives, bit for bit, what the five
-`gemv_int4` launches give at the same block shapes (each stage several programs, chunks
-ragged against the rows, one stage prefetching), twice in a row (its counters reset), and
-the torch form within rounding. The interpreter runs programs one at a time in grid
-order: this checks the stages' arithmetic and the counters' protocol, not concurrency
-(the CUDA tests run it on a GPU).
+"""`product_chain`: a layer's five int4 products after attention (`tail`) and the whole
+layer (`layer`) in one launch.
 
-The interpreter runs in a child process (this file is its script), as in
-`test_triton_interpreter`.
+On the CPU, through Triton's interpreter (in a child process, this file its script, as
+in `test_triton_interpreter`):
+- the tail's launch gives, bit for bit, what the five `gemv_int4` launches give at the
+  same block shapes (each stage several programs, chunks ragged against the rows, one
+  stage prefetching), twice in a row (its counters reset), and the torch form within
+  rounding;
+- the whole layer's launch gives what its eight launches give (q/k/v, the normed
+  attention kernel and its combine, the tail's five), with and without the KV write,
+  the pools included;
+- the decode program gives the same logits with `--chained-products` off, tail and
+  layer, eager and compiled.
+The interpreter runs programs one at a time in grid order: this checks the stages'
+arithmetic and the counters' protocol, not concurrency. The launches' sm_90 builds are
+checked on the CPU too; the CUDA tests run them on a GPU.
 """
 
 from __future__ import annotations
