@@ -35,6 +35,8 @@ Int4Layer = tuple[Int4, Int4, Int4, Int4, Int4, Int4]
 # (BLOCK_N, BLOCK_K, GROUP_SCALES, PREFETCH) where the pinned table has no entry.
 DEFAULT_TILE = (8, 2048, True, False)
 WARPS = 4
+# The five products' names in the kernels' constexprs (O_TILE, ...).
+STAGES = ("O", "GU", "D", "PG", "PP")
 # (prologue, epilogue) of each stage, as `kernels` launches them alone.
 STAGE_FORMS = (
     (kernels.PLAIN, kernels.RESIDUAL_AFTER),  # o
@@ -146,18 +148,10 @@ def _tail_plan(
     if tiles is None:
         tiles = stage_tiles(_gpu(x), shapes, group)
     counts = [-(-n // tile[0]) for (n, _k), tile in zip(shapes, tiles, strict=True)]
-    meta: dict[str, Any] = {}
-    for name, tile in zip(("O", "GU", "D", "PG", "PP"), tiles, strict=True):
-        meta |= _tile_meta(name, tile)
+    meta = {f"{name}_TILE": tile for name, tile in zip(STAGES, tiles, strict=True)}
     row = functools.partial(torch.empty, dtype=x.dtype, device=x.device)
     widths = (hidden, hidden, ff, hidden, hidden, ple_width, hidden, hidden)
     return counts, meta, [row(1, width) for width in widths]
-
-
-def _tile_meta(name: str, tile: tuple[int, int, bool, bool]) -> dict[str, Any]:
-    block_n, block_k, group_scales, prefetch = tile
-    return {f"{name}_BN": block_n, f"{name}_BK": block_k, f"{name}_GS": group_scales,
-            f"{name}_PF": prefetch}  # fmt: skip
 
 
 def _gpu(x: torch.Tensor) -> str | None:
@@ -204,14 +198,8 @@ def _layer_tail_op(
 
 
 @_layer_tail_op.register_fake
-def _layer_tail_shape(
-    attn: torch.Tensor, x: torch.Tensor, ple: torch.Tensor, scalar: torch.Tensor,
-    wo: torch.Tensor, so: torch.Tensor, wgu: torch.Tensor, sgu: torch.Tensor,
-    wd: torch.Tensor, sd: torch.Tensor, wpg: torch.Tensor, spg: torch.Tensor,
-    wpp: torch.Tensor, spp: torch.Tensor, n_post_attn: torch.Tensor, n_pre_ff: torch.Tensor,
-    n_post_ff: torch.Tensor, n_post_ple: torch.Tensor, eps: float,
-) -> torch.Tensor:  # fmt: skip
-    return torch.empty_like(x)
+def _layer_tail_shape(attn: torch.Tensor, x: torch.Tensor, *_rest: Any) -> torch.Tensor:
+    return torch.empty_like(x)  # the layer's output row
 
 
 def whole_layer(
@@ -292,8 +280,9 @@ def _launch_layer(
     qkv = torch.empty(1, qkv_width, dtype=x.dtype, device=x.device)
     attn = torch.empty(1, attn_width, dtype=x.dtype, device=x.device)
     k0, v0 = k_pool[0], v_pool[0]  # (KVH, capacity, D): row 0 is slot 0
-    # The combine's blocks a pass as for the pools' whole capacity (BLOCK_S below): one
-    # compiled launch a kind of layer for every KV bucket, not one a bucket.
+    # The combine's blocks a pass as for the pools' whole capacity: one compiled launch a
+    # kind of layer for every KV bucket, not one a bucket.
+    combine_blocks = attention_kernel.combine_blocks(head_dim, -(-k0.shape[1] // block_l), warps)
     grid = qkv_tiles + kv_heads * blocks + heads + sum(counts)
     pdl = dependent_launch.enabled(x.device)
     triton_chain.layer_int4[(grid,)](
@@ -304,9 +293,9 @@ def _launch_layer(
         *attention_kernel.pool_strides(k0, v0), scale, x.shape[-1], attn_width, ff,
         ple_width, eps, qkv_tiles, *counts, HEADS=heads, KV_HEADS=kv_heads,
         GROUP_HEADS=group_heads, BLOCK_G=block_g, D=head_dim, BLOCK_L=block_l,
-        BLOCK_S=attention_kernel.combine_blocks(head_dim, -(-k0.shape[1] // block_l), warps),
+        BLOCK_S=combine_blocks,
         SCALED=scale != 1.0, WRITES_KV=writes_kv, GROUP=group, PDL=pdl,
-        **_tile_meta("Q", qkv_tile), **meta, num_warps=warps, num_stages=1, launch_pdl=pdl,
+        Q_TILE=qkv_tile, **meta, num_warps=warps, num_stages=1, launch_pdl=pdl,
     )  # fmt: skip
     return rows[-1]
 
@@ -330,14 +319,5 @@ def _layer_op(
 
 
 @_layer_op.register_fake
-def _layer_shape(
-    x: torch.Tensor, ple: torch.Tensor, scalar: torch.Tensor, wqkv: torch.Tensor,
-    sqkv: torch.Tensor, n_in: torch.Tensor, n_q: torch.Tensor, n_k: torch.Tensor,
-    cos: torch.Tensor, sin: torch.Tensor, positions: torch.Tensor, k_pool: torch.Tensor,
-    v_pool: torch.Tensor, hidden: torch.Tensor, wo: torch.Tensor, so: torch.Tensor,
-    wgu: torch.Tensor, sgu: torch.Tensor, wd: torch.Tensor, sd: torch.Tensor,
-    wpg: torch.Tensor, spg: torch.Tensor, wpp: torch.Tensor, spp: torch.Tensor,
-    n_post_attn: torch.Tensor, n_pre_ff: torch.Tensor, n_post_ff: torch.Tensor,
-    n_post_ple: torch.Tensor, heads: int, writes_kv: bool, scale: float, eps: float,
-) -> torch.Tensor:  # fmt: skip
-    return torch.empty_like(x)
+def _layer_shape(x: torch.Tensor, *_rest: Any) -> torch.Tensor:
+    return torch.empty_like(x)  # the layer's output row

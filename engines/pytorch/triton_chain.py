@@ -50,15 +50,13 @@ def _tail(
     o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr, ple_act_ptr, p_ptr, out_ptr, counts_ptr,
     done, HIDDEN, ATTN, FF, PLE, eps, t0, t1, t2, t3, t4, wait_ptr, wait_for,
     STAGES: tl.constexpr, GROUP: tl.constexpr, PDL: tl.constexpr, O_WAITS: tl.constexpr,
-    O_BN: tl.constexpr, O_BK: tl.constexpr, O_GS: tl.constexpr, O_PF: tl.constexpr,
-    GU_BN: tl.constexpr, GU_BK: tl.constexpr, GU_GS: tl.constexpr, GU_PF: tl.constexpr,
-    D_BN: tl.constexpr, D_BK: tl.constexpr, D_GS: tl.constexpr, D_PF: tl.constexpr,
-    PG_BN: tl.constexpr, PG_BK: tl.constexpr, PG_GS: tl.constexpr, PG_PF: tl.constexpr,
-    PP_BN: tl.constexpr, PP_BK: tl.constexpr, PP_GS: tl.constexpr, PP_PF: tl.constexpr,
+    O_TILE: tl.constexpr, GU_TILE: tl.constexpr, D_TILE: tl.constexpr, PG_TILE: tl.constexpr,
+    PP_TILE: tl.constexpr,
 ):  # fmt: skip
     # Ticket `ticket` of the five products after attention (numbered from 0 here; `done`
-    # their five counters). O_WAITS: o waits until `wait_ptr` counts `wait_for` (the
-    # combine, in `layer_int4`). The last program resets the launch's STAGES counters.
+    # their five counters); each stage's tile is (BLOCK_N, BLOCK_K, GROUP_SCALES,
+    # PREFETCH). O_WAITS: o waits until `wait_ptr` counts `wait_for` (the combine, in
+    # `layer_int4`). The last program resets the launch's STAGES counters.
     e0 = t0
     e1 = e0 + t1
     e2 = e1 + t2
@@ -67,7 +65,8 @@ def _tail(
         last = gemv_int4_tile(
             ticket, t0, attn_ptr, x_ptr, x_ptr, n_post_attn_ptr, x_ptr, x_attn_ptr, x_ptr,
             counts_ptr + RESIDUAL_COUNTS, wo_ptr, so_ptr, o_ptr, HIDDEN, ATTN, eps, wait_ptr,
-            wait_for, 0, False, 3, PDL, GROUP, O_BN, O_BK, O_GS, O_PF, O_WAITS,
+            wait_for, 0, False, 3, PDL, GROUP, O_TILE[0], O_TILE[1], O_TILE[2], O_TILE[3],
+            O_WAITS,
         )  # fmt: skip
         if last:
             _count_done(done)
@@ -75,29 +74,30 @@ def _tail(
         gemv_int4_tile(
             ticket - e0, t1, x_attn_ptr, x_ptr, n_pre_ff_ptr, x_ptr, x_ptr, x_ptr, x_ptr,
             counts_ptr, wgu_ptr, sgu_ptr, act_ptr, FF, HIDDEN, eps, done, 1, 5, False, 1,
-            PDL, GROUP, GU_BN, GU_BK, GU_GS, GU_PF, True,
+            PDL, GROUP, GU_TILE[0], GU_TILE[1], GU_TILE[2], GU_TILE[3], True,
         )  # fmt: skip
         _count_done(done + 1)
     elif ticket < e2:
         gemv_int4_tile(
             ticket - e1, t2, act_ptr, x_ptr, x_ptr, x_ptr, x_ptr, x_ptr, x_ptr, counts_ptr,
             wd_ptr, sd_ptr, d_ptr, HIDDEN, FF, eps, done + 1, t1, 0, False, 0, PDL, GROUP,
-            D_BN, D_BK, D_GS, D_PF, True,
+            D_TILE[0], D_TILE[1], D_TILE[2], D_TILE[3], True,
         )  # fmt: skip
         _count_done(done + 2)
     elif ticket < e3:
         gemv_int4_tile(
             ticket - e2, t3, x_attn_ptr, d_ptr, x_ptr, n_post_ff_ptr, x_ptr, x_ff_ptr,
             ple_ptr, counts_ptr, wpg_ptr, spg_ptr, ple_act_ptr, PLE, HIDDEN, eps, done + 2,
-            t2, 3, False, 2, PDL, GROUP, PG_BN, PG_BK, PG_GS, PG_PF, True,
+            t2, 3, False, 2, PDL, GROUP, PG_TILE[0], PG_TILE[1], PG_TILE[2], PG_TILE[3],
+            True,
         )  # fmt: skip
         _count_done(done + 3)
     else:
         last = gemv_int4_tile(
             ticket - e3, t4, ple_act_ptr, x_ff_ptr, x_ptr, n_post_ple_ptr, scalar_ptr,
             out_ptr, x_ptr, counts_ptr + RESIDUAL_COUNTS + 1, wpp_ptr, spp_ptr, p_ptr,
-            HIDDEN, PLE, eps, done + 3, t3, 0, True, 3, PDL, GROUP, PP_BN, PP_BK, PP_GS,
-            PP_PF, True,
+            HIDDEN, PLE, eps, done + 3, t3, 0, True, 3, PDL, GROUP, PP_TILE[0], PP_TILE[1],
+            PP_TILE[2], PP_TILE[3], True,
         )  # fmt: skip
         if last:
             # Every ticket is drawn and every wait passed: ready for the next launch.
@@ -115,11 +115,8 @@ def layer_tail_int4(
     o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr, ple_act_ptr, p_ptr, out_ptr, counts_ptr,
     HIDDEN, ATTN, FF, PLE, eps, t0, t1, t2, t3, t4,
     GROUP: tl.constexpr, PDL: tl.constexpr,
-    O_BN: tl.constexpr, O_BK: tl.constexpr, O_GS: tl.constexpr, O_PF: tl.constexpr,
-    GU_BN: tl.constexpr, GU_BK: tl.constexpr, GU_GS: tl.constexpr, GU_PF: tl.constexpr,
-    D_BN: tl.constexpr, D_BK: tl.constexpr, D_GS: tl.constexpr, D_PF: tl.constexpr,
-    PG_BN: tl.constexpr, PG_BK: tl.constexpr, PG_GS: tl.constexpr, PG_PF: tl.constexpr,
-    PP_BN: tl.constexpr, PP_BK: tl.constexpr, PP_GS: tl.constexpr, PP_PF: tl.constexpr,
+    O_TILE: tl.constexpr, GU_TILE: tl.constexpr, D_TILE: tl.constexpr, PG_TILE: tl.constexpr,
+    PP_TILE: tl.constexpr,
 ):  # fmt: skip
     # x: the layer's residual row; attn: the attention output (ATTN wide); ple: the
     # layer's per-layer input (PLE wide); scalar: the layer scalar. Rows the launch
@@ -132,9 +129,8 @@ def layer_tail_int4(
         wd_ptr, sd_ptr, wpg_ptr, spg_ptr, wpp_ptr, spp_ptr, n_post_attn_ptr, n_pre_ff_ptr,
         n_post_ff_ptr, n_post_ple_ptr, o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr,
         ple_act_ptr, p_ptr, out_ptr, counts_ptr, counts_ptr + DONE, HIDDEN, ATTN, FF, PLE,
-        eps, t0, t1, t2, t3, t4, counts_ptr, 0, 5, GROUP, PDL, False, O_BN, O_BK, O_GS,
-        O_PF, GU_BN, GU_BK, GU_GS, GU_PF, D_BN, D_BK, D_GS, D_PF, PG_BN, PG_BK, PG_GS,
-        PG_PF, PP_BN, PP_BK, PP_GS, PP_PF,
+        eps, t0, t1, t2, t3, t4, counts_ptr, 0, 5, GROUP, PDL, False, O_TILE, GU_TILE, D_TILE,
+        PG_TILE, PP_TILE,
     )  # fmt: skip
 
 
@@ -154,12 +150,8 @@ def layer_int4(
     BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_S: tl.constexpr,
     SCALED: tl.constexpr, WRITES_KV: tl.constexpr,
     GROUP: tl.constexpr, PDL: tl.constexpr,
-    Q_BN: tl.constexpr, Q_BK: tl.constexpr, Q_GS: tl.constexpr, Q_PF: tl.constexpr,
-    O_BN: tl.constexpr, O_BK: tl.constexpr, O_GS: tl.constexpr, O_PF: tl.constexpr,
-    GU_BN: tl.constexpr, GU_BK: tl.constexpr, GU_GS: tl.constexpr, GU_PF: tl.constexpr,
-    D_BN: tl.constexpr, D_BK: tl.constexpr, D_GS: tl.constexpr, D_PF: tl.constexpr,
-    PG_BN: tl.constexpr, PG_BK: tl.constexpr, PG_GS: tl.constexpr, PG_PF: tl.constexpr,
-    PP_BN: tl.constexpr, PP_BK: tl.constexpr, PP_GS: tl.constexpr, PP_PF: tl.constexpr,
+    Q_TILE: tl.constexpr, O_TILE: tl.constexpr, GU_TILE: tl.constexpr, D_TILE: tl.constexpr,
+    PG_TILE: tl.constexpr, PP_TILE: tl.constexpr,
 ):  # fmt: skip
     # The whole layer: `layer_tail_int4`'s stages after q/k/v (QKV outputs: the input norm
     # scaled after the product, tq tiles), the attention's KV_HEADS x `blocks` partial
@@ -173,7 +165,7 @@ def layer_int4(
         gemv_int4_tile(
             ticket, tq, x_ptr, x_ptr, n_in_ptr, x_ptr, x_ptr, x_ptr, x_ptr, counts_ptr,
             wqkv_ptr, sqkv_ptr, qkv_ptr, QKV, HIDDEN, eps, done, 0, 5, False, 0, PDL, GROUP,
-            Q_BN, Q_BK, Q_GS, Q_PF, False,
+            Q_TILE[0], Q_TILE[1], Q_TILE[2], Q_TILE[3], False,
         )  # fmt: skip
         _count_done(done)
     elif ticket < tq + tiles:
@@ -202,7 +194,6 @@ def layer_int4(
             wpp_ptr, spp_ptr, n_post_attn_ptr, n_pre_ff_ptr, n_post_ff_ptr, n_post_ple_ptr,
             o_ptr, x_attn_ptr, act_ptr, d_ptr, x_ff_ptr, ple_act_ptr, p_ptr, out_ptr,
             counts_ptr, done + 3, HIDDEN, ATTN, FF, PLE, eps, t0, t1, t2, t3, t4, done + 2,
-            KV_HEADS * GROUP_HEADS, 8, GROUP, PDL, True, O_BN, O_BK, O_GS, O_PF, GU_BN,
-            GU_BK, GU_GS, GU_PF, D_BN, D_BK, D_GS, D_PF, PG_BN, PG_BK, PG_GS, PG_PF, PP_BN,
-            PP_BK, PP_GS, PP_PF,
+            KV_HEADS * GROUP_HEADS, 8, GROUP, PDL, True, O_TILE, GU_TILE, D_TILE, PG_TILE,
+            PP_TILE,
         )  # fmt: skip

@@ -294,9 +294,9 @@ def test_the_launches_build_for_sm90_at_the_pinned_tiles(
     shapes = product_chain.stage_shapes(hidden, heads * head_dim, ff, 256)
     tail: dict[str, Any] = {"GROUP": 32, "PDL": True}
     for stage, tile in zip(
-        ("O", "GU", "D", "PG", "PP"), product_chain.stage_tiles(gpu, shapes, 32), strict=True
+        product_chain.STAGES, product_chain.stage_tiles(gpu, shapes, 32), strict=True
     ):
-        tail |= product_chain._tile_meta(stage, tile)
+        tail[f"{stage}_TILE"] = tile
     ptx = _build_for_sm90(triton_chain.layer_tail_int4, tail, product_chain.WARPS)
     assert "griddepcontrol.wait" in ptx and "nanosleep" in ptx
     assert "gpu.acquire.b32" in ptx and "gpu.release.add" in ptx
@@ -304,7 +304,7 @@ def test_the_launches_build_for_sm90_at_the_pinned_tiles(
     qkv = product_chain.pinned_tile(gpu, qkv_width, hidden, kernels.RMS_NORM_AFTER, 0, 32)
     _block_l, blocks, block_g = attention_kernel.split(1024, heads)
     warps = attention_kernel.partial_warps(head_dim)
-    layer = tail | product_chain._tile_meta("Q", qkv)
+    layer = tail | {"Q_TILE": qkv}
     layer |= {"HEADS": heads, "KV_HEADS": 1, "GROUP_HEADS": heads, "BLOCK_G": block_g,
               "D": head_dim, "BLOCK_L": 32, "SCALED": False, "WRITES_KV": writes_kv,
               "BLOCK_S": attention_kernel.combine_blocks(head_dim, blocks, warps)}  # fmt: skip
