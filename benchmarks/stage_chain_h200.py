@@ -8,7 +8,8 @@ graph over weights too large for L2 (E2B's sliding-layer shapes, q/k/v 2560 x 15
 1536 x 2048, gate/up 12288 x 1536, down 1536 x 6144, per-layer gate 256 x 1536 and
 projection 1536 x 256, for LAYERS layers; each stage reads the first K outputs of the
 one before):
-- `launches`: one launch a product of `stage_gemv`, one fixed configuration, as a
+- `launches`: one launch a product of `stage_gemv` (the engine's own program,
+  `triton_int4.gemv_int4_tile`, at one fixed configuration), as a
   dependent launch (its first chunk of weights loads before `griddepcontrol.wait`), and
   the same without dependent launches;
 - `engine`: one launch a product through the engine's own `kernels.linear` (`gemv_int4`,
@@ -48,8 +49,7 @@ import triton
 import triton.language as tl
 
 from engines.pytorch import int4, kernels
-from engines.pytorch.triton_int4 import _eighths, _int4_weights, _per_scale, _word_dot
-from engines.pytorch.triton_kernels import _wait_at_least
+from engines.pytorch.triton_int4 import gemv_int4_tile
 
 GROUP_SIZE = 32
 GROUP = tl.constexpr(GROUP_SIZE)  # what the kernels read
@@ -76,43 +76,16 @@ DRY_RUN_LAYER = (
 
 
 @triton.jit
-def _tile_product(
-    x_ptr, wq_ptr, ws_ptr, y_ptr, rows, row_ok, packed, scale, N, K,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-):  # fmt: skip
-    # y[rows] = W[rows] @ x for one tile of int4 rows whose first chunk (packed, scale) is
-    # loaded; x is read from L2 (`.cg`): another program of this launch may have written it.
-    WORDS: tl.constexpr = BLOCK_K // 8
-    SW: tl.constexpr = GROUP // 8
-    acc = tl.zeros((BLOCK_N, WORDS // SW), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        if k0 > 0:
-            packed, scale, _, _ = _int4_weights(
-                wq_ptr, ws_ptr, rows, row_ok, k0 // 8, N, K, BLOCK_K, GROUP, 0, SW
-            )
-        cols = k0 + tl.arange(0, BLOCK_K)
-        x = tl.load(x_ptr + cols, mask=cols < K, other=0.0, cache_modifier=".cg")
-        x = x.to(tl.float32)
-        offset = 1.5 * tl.sum(tl.reshape(x, (WORDS, 8)), axis=1)
-        x0, x1, x2, x3, x4, x5, x6, x7 = _eighths(x, WORDS)
-        part = _word_dot(packed, x0, x1, x2, x3, x4, x5, x6, x7)
-        acc += _per_scale(part - offset[None, :], BLOCK_N, WORDS, SW) * scale
-    y = 16.0 * tl.sum(acc, axis=1)
-    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
-
-
-@triton.jit
 def stage_gemv(
     x_ptr, wq_ptr, ws_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    packed, scale, _, _ = _int4_weights(wq_ptr, ws_ptr, rows, row_ok, 0, N, K, BLOCK_K, GROUP, 0, 4)
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-        tl.extra.cuda.gdc_wait()
-    _tile_product(x_ptr, wq_ptr, ws_ptr, y_ptr, rows, row_ok, packed, scale, N, K, BLOCK_N, BLOCK_K)
+    # The engine's plain int4 product (`gemv_int4`'s program) at one fixed tile.
+    gemv_int4_tile(
+        tl.program_id(0), tl.num_programs(0), x_ptr, x_ptr, x_ptr, x_ptr, x_ptr, x_ptr, x_ptr,
+        wq_ptr, wq_ptr, ws_ptr, y_ptr, N, K, 0.0, wq_ptr, 0, 0, False, 0, PDL, GROUP, BLOCK_N,
+        BLOCK_K, True, False, False,
+    )  # fmt: skip
 
 
 @triton.jit
@@ -123,27 +96,29 @@ def _ticket_task(
 ):  # fmt: skip
     # Tables per stage: its first ticket, N, K, where its packed words and scales start,
     # where its input and output start in acts; done counts each stage's finished tiles.
-    # True for the tile that finishes the launch's last stage.
+    # The tile is `stage_gemv`'s, waiting for every tile of the stage before (none for
+    # the first). True for the tile that finishes the launch's last stage.
     firsts = tl.load(starts_ptr + tl.arange(0, BLOCK_S), mask=tl.arange(0, BLOCK_S) < STAGES,
                      other=2**31 - 1)  # fmt: skip
     stage = tl.sum((firsts <= ticket).to(tl.int32), axis=0) - 1
-    tile = ticket - tl.load(starts_ptr + stage)
+    first = tl.load(starts_ptr + stage)
+    before = tl.maximum(stage - 1, 0)
+    tiles_before = tl.where(stage > 0, first - tl.load(starts_ptr + before), 0)
     n = tl.load(n_ptr + stage)
     k = tl.multiple_of(tl.load(k_ptr + stage), GROUP)
     wq = wq_ptr + tl.multiple_of(tl.load(w_at_ptr + stage), 8)
     ws = ws_ptr + tl.multiple_of(tl.load(s_at_ptr + stage), 8)
-    rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < n
-    packed, scale, _, _ = _int4_weights(wq, ws, rows, row_ok, 0, n, k, BLOCK_K, GROUP, 0, 4)
-    if stage > 0:
-        tiles_before = tl.load(starts_ptr + stage) - tl.load(starts_ptr + stage - 1)
-        _wait_at_least(done_ptr + stage - 1, tiles_before)
     x = acts_ptr + tl.multiple_of(tl.load(x_at_ptr + stage), 8)
     y = acts_ptr + tl.multiple_of(tl.load(y_at_ptr + stage), 8)
-    _tile_product(x, wq, ws, y, rows, row_ok, packed, scale, n, k, BLOCK_N, BLOCK_K)
+    tiles = (n + BLOCK_N - 1) // BLOCK_N
+    gemv_int4_tile(
+        ticket - first, tiles, x, x, x, x, x, x, x, wq, wq, ws, y, n, k, 0.0,
+        done_ptr + before, tiles_before, 0, False, 0, False, GROUP, BLOCK_N, BLOCK_K, True,
+        False, True,
+    )  # fmt: skip
     tl.debug_barrier()
     finished = tl.atomic_add(done_ptr + stage, 1, sem="release")
-    return (stage == STAGES - 1) & (finished == (n + BLOCK_N - 1) // BLOCK_N - 1)
+    return (stage == STAGES - 1) & (finished == tiles - 1)
 
 
 @triton.jit
