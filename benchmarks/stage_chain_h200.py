@@ -13,7 +13,8 @@ one before):
   dependent launch (its first chunk of weights loads before `griddepcontrol.wait`), and
   the same without dependent launches;
 - `engine`: one launch a product through the engine's own `kernels.linear` (`gemv_int4`,
-  its pinned configurations, dependent launches): how representative `stage_gemv` is;
+  its pinned configuration a shape, dependent launches): what `stage_gemv`'s one
+  configuration costs against the tuned ones;
 - `chained`: one launch of `chained_gemv` for a layer's stages, or for the whole chain:
   each program takes a ticket (an atomic counter, so tickets follow the order in which
   programs start), finds its stage and tile, loads its first chunk of weights, then waits
