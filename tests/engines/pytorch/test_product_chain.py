@@ -13,8 +13,9 @@ in `test_triton_interpreter`):
 - the decode program gives the same logits with `--chained-products` off, tail and
   layer, eager and compiled.
 The interpreter runs programs one at a time in grid order: this checks the stages'
-arithmetic and the counters' protocol, not concurrency. The launches' sm_90 builds are
-checked on the CPU too; the CUDA tests run them on a GPU.
+arithmetic and the counters' protocol, not concurrency. The launches also go through
+Triton's own CUDA launch path on the CPU, to a stub H200 driver (`stub_cuda`); the CUDA
+tests run them on a GPU.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pytest
 import torch
 
 from engines.pytorch import int4
-from tests.engines.pytorch import interpreter_child
+from tests.engines.pytorch import interpreter_child, stub_cuda
 
 pytest.importorskip("triton")
 
@@ -239,78 +240,94 @@ def test_on_a_gpu_one_launch_serves_graphs_as_the_five_launches_do() -> None:
         assert torch.equal(replayed, got)
 
 
-# Runtime integer arguments of the chain's kernels; every other upper-case one is a
-# constexpr. Pointers to int32 (packed weights, counters), float32 (partials) and the rest.
-INTS = ("QKV", "kv_len", "blocks", "stride_kh", "stride_kl", "stride_vh", "stride_vl",
-        "HIDDEN", "ATTN", "FF", "PLE", "tq", "t0", "t1", "t2", "t3", "t4")  # fmt: skip
-INT32_POINTERS = ("wqkv_ptr", "wo_ptr", "wgu_ptr", "wd_ptr", "wpg_ptr", "wpp_ptr", "counts_ptr")
-FLOAT32_POINTERS = ("part_ptr", "top_ptr", "total_ptr")
+# E2B's kinds of layer: (head_dim, ff, writes_kv): sliding and full, writing KV or
+# reading an earlier layer's, the feed-forward single or double.
+LAYER_KINDS = ((256, 6144, True), (256, 12288, False), (512, 6144, True), (512, 12288, False))
 
 
-def _build_for_sm90(kernel: Any, constants: dict[str, Any], warps: int) -> str:
-    """The kernel's PTX for sm_90, pointers and widths specialized as a launch does
-    (16-byte aligned, multiples of 16)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    signature: dict[str, str] = {}
-    for name in kernel.arg_names:
-        if name in constants:
-            signature[name] = "constexpr"
-        elif name in INTS:
-            signature[name] = "i32"
-        elif name in ("scale", "eps"):
-            signature[name] = "fp32"
-        else:
-            kinds = {"pos_ptr": "*i64", "hidden_ptr": "*u8"}
-            kinds |= dict.fromkeys(INT32_POINTERS, "*i32") | dict.fromkeys(
-                FLOAT32_POINTERS, "*fp32"
-            )
-            signature[name] = kinds.get(name, "*bf16")
-    aligned = {
-        (i,): [["tt.divisibility", 16]]
-        for i, (name, kind) in enumerate(signature.items())
-        if "*" in kind or name in INTS[:1] + INTS[3:11]
-    }
-    source = ASTSource(kernel, signature, constexprs=constants, attrs=aligned)
-    options = {"num_warps": warps, "num_stages": 1, "launch_pdl": True}
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+@pytest.mark.skipif(stub_cuda.compiler() is None, reason="no C compiler to build the stub driver")
+def test_the_launches_pass_tritons_cuda_launcher_at_the_pinned_tiles(tmp_path: Any) -> None:
+    """On a host with no GPU, through Triton's own launch path to a stub H200 driver
+    (`stub_cuda`): the tail's launch and the whole layer's, at the tiles an H200 runs for
+    each of E2B's kinds of layer, are accepted as the driver would (threads against their
+    registers, dynamic shared memory), with no spills, one program a tile, as dependent
+    launches; their PTX holds what only the compiler checks (the polls' inline asm, the
+    counters' orderings)."""
+    kinds, launches = stub_cuda.run(__file__, "launcher", tmp_path)
+    assert len(launches) == 2 * len(LAYER_KINDS)
+    for kind, tail, layer in zip(kinds, launches[::2], launches[1::2], strict=True):
+        assert (tail.kernel, layer.kernel) == ("layer_tail_int4", "layer_int4")
+        assert (tail.grid, layer.grid) == ((kind["tail_grid"], 1, 1), (kind["layer_grid"], 1, 1))
+        assert (tail.threads, layer.threads) == (32 * kind["tail_warps"], 32 * kind["layer_warps"])
+        for launch in (tail, layer):
+            assert launch.dependent and launch.local_bytes == 0 and launch.regs > 0, launch
+        assert all(kind["tail_ptx"].values()) and all(kind["layer_ptx"].values()), kind
 
 
-@pytest.mark.parametrize(
-    ("head_dim", "ff", "writes_kv"),
-    [(256, 6144, True), (256, 12288, False), (512, 6144, True), (512, 12288, False)],
-)
-def test_the_launches_build_for_sm90_at_the_pinned_tiles(
-    head_dim: int, ff: int, writes_kv: bool
-) -> None:
-    """What only the compiler checks (the polls' inline asm, the counters' orderings, each
-    stage's constexpr tile), on a machine with no GPU, at the tiles an H200 would run for
-    E2B's kinds of layer (sliding and full, writing KV or reading an earlier layer's, the
-    feed-forward single or double): the tail's launch and the whole layer's."""
-    from engines.pytorch import attention_kernel, kernels, product_chain, triton_chain
+def _launcher_child() -> list[dict[str, Any]]:
+    """Each kind of layer's two launches with bfloat16 rows in host memory, as the engine
+    makes them on the stub's H200: the grids and warps they should have, and their PTX."""
+    import torch
 
-    heads, hidden, gpu = 8, 1536, "NVIDIA H200"
-    shapes = product_chain.stage_shapes(hidden, heads * head_dim, ff, 256)
-    tail: dict[str, Any] = {"GROUP": 32, "PDL": True}
-    for stage, tile in zip(
-        product_chain.STAGES, product_chain.stage_tiles(gpu, shapes, 32), strict=True
-    ):
-        tail[f"{stage}_TILE"] = tile
-    ptx = _build_for_sm90(triton_chain.layer_tail_int4, tail, product_chain.WARPS)
-    assert "griddepcontrol.wait" in ptx and "nanosleep" in ptx
-    assert "gpu.acquire.b32" in ptx and "gpu.release.add" in ptx
-    qkv_width = (heads + (2 if writes_kv else 0)) * head_dim
-    qkv = product_chain.pinned_tile(gpu, qkv_width, hidden, kernels.RMS_NORM_AFTER, 0, 32)
-    _block_l, blocks, block_g = attention_kernel.split(1024, heads)
-    warps = attention_kernel.partial_warps(head_dim)
-    layer = tail | {"Q_TILE": qkv}
-    layer |= {"HEADS": heads, "KV_HEADS": 1, "GROUP_HEADS": heads, "BLOCK_G": block_g,
-              "D": head_dim, "BLOCK_L": 32, "SCALED": False, "WRITES_KV": writes_kv,
-              "BLOCK_S": attention_kernel.combine_blocks(head_dim, blocks, warps)}  # fmt: skip
-    ptx = _build_for_sm90(triton_chain.layer_int4, layer, warps)
-    assert "griddepcontrol.wait" in ptx and "gpu.release.add" in ptx
+    from engines.pytorch import (
+        attention_kernel,
+        dependent_launch,
+        kernels,
+        product_chain,
+        triton_chain,
+    )
+
+    stub_cuda.as_h200()
+    product_chain._gpu = lambda x: stub_cuda.GPU  # type: ignore[assignment]
+    dependent_launch.enabled = lambda device: True  # type: ignore[assignment]
+    gen = torch.Generator().manual_seed(0)
+    heads, hidden, ple_width, kv_len, eps = 8, 1536, 256, 1024, 1e-6
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(torch.bfloat16)
+
+    def ptx(kernel: Any) -> dict[str, bool]:
+        (compiled,) = kernel.device_caches[0][0].values()
+        kernel.device_caches.clear()  # the next kind compiles its own
+        text = compiled.asm["ptx"]
+        marks = {"wait": "griddepcontrol.wait", "sleeps": "nanosleep",
+                 "acquire": "gpu.acquire.b32", "release": "gpu.release.add"}  # fmt: skip
+        return {name: mark in text for name, mark in marks.items()}
+
+    kinds = []
+    for head_dim, ff, writes_kv in LAYER_KINDS:
+        attn_width, qkv_width = heads * head_dim, (heads + (2 if writes_kv else 0)) * head_dim
+        stages = product_chain.stage_shapes(hidden, attn_width, ff, ple_width)
+        rows = [qkv_width, hidden, 2 * ff, hidden, ple_width, hidden]  # gate/up: both halves
+        inputs = [hidden, attn_width, hidden, ff, hidden, ple_width]
+        weights = [
+            t for n, k in zip(rows, inputs, strict=True) for t in int4.quantize(rand(n, k), 32)
+        ]
+        norms = [rand(n) for n in (hidden, head_dim, head_dim, hidden, hidden, hidden, hidden)]
+        x, ple, scalar = rand(1, hidden), rand(1, ple_width), rand(1)
+        product_chain._launch(rand(1, attn_width), x, ple, scalar, *weights[2:], *norms[3:], eps)
+        tail_ptx = ptx(triton_chain.layer_tail_int4)
+        cos, sin, pools = rand(1, head_dim), rand(1, head_dim), rand(2, 2, 1, kv_len + 8, head_dim)
+        hidden_mask = torch.zeros(1, 1, 1, kv_len, dtype=torch.bool)
+        product_chain._launch_layer(
+            x, ple, scalar, *weights[:2], *norms[:3], cos, sin, torch.tensor([kv_len - 1]),
+            pools[0], pools[1], hidden_mask, *weights[2:], *norms[3:], heads, writes_kv, 1.0, eps,
+        )  # fmt: skip
+        tiles = product_chain.stage_tiles(stub_cuda.GPU, stages, 32)
+        tail_grid = sum(-(-n // tile[0]) for (n, _k), tile in zip(stages, tiles, strict=True))
+        qkv_tile = product_chain.pinned_tile(
+            stub_cuda.GPU, qkv_width, hidden, kernels.RMS_NORM_AFTER, 0, 32
+        )
+        _block_l, blocks, _block_g = attention_kernel.split(kv_len, heads)
+        kinds.append({
+            "tail_grid": tail_grid,
+            "layer_grid": -(-qkv_width // qkv_tile[0]) + blocks + heads + tail_grid,
+            "tail_warps": product_chain.WARPS,
+            "layer_warps": attention_kernel.partial_warps(head_dim),
+            "tail_ptx": tail_ptx,
+            "layer_ptx": ptx(triton_chain.layer_int4),
+        })  # fmt: skip
+    return kinds
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -448,4 +465,5 @@ def _program_child() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(_program_child() if sys.argv[1:] == ["program"] else _child()))
+    parts = {"program": _program_child, "launcher": _launcher_child}
+    print(json.dumps(parts.get(sys.argv[1] if sys.argv[1:] else "", _child)()))

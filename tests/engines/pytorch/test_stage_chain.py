@@ -16,14 +16,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.engines.pytorch import interpreter_child
+from tests.engines.pytorch import interpreter_child, stub_cuda
 
 pytest.importorskip("triton")
 
 BLOCK_N, BLOCK_K = 16, 64
+BLOCK_N_H200 = 8  # the benchmark's default tile's
 
 
 def test_chained_launches_compute_what_separate_launches_do() -> None:
@@ -88,50 +90,59 @@ def test_the_benchmarks_dry_run_prints_every_variant(tmp_path: Path) -> None:
     assert proc.stdout.count("| chained") == 3
 
 
-def test_chain_kernels_build_for_sm90() -> None:
-    # What only the compiler checks (the poll's inline asm, the atomics' orderings), on a
-    # machine with no GPU, before the benchmark spends device time (as test_triton_sm90_build).
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+@pytest.mark.skipif(stub_cuda.compiler() is None, reason="no C compiler to build the stub driver")
+def test_the_benchmarks_launches_pass_tritons_cuda_launcher(tmp_path: Path) -> None:
+    """Before the benchmark spends device time: two layers of E2B's products at the
+    default tile, every variant, through Triton's own launch path to a stub H200 driver
+    (`stub_cuda`), accepted with no spills; their PTX holds what only the compiler checks
+    (the poll's inline asm, the atomics' orderings), and the chained kernel's loads
+    vectorize as a launch's do (its stages' parts start aligned: `ALIGN`)."""
+    from benchmarks.stage_chain_h200 import LAYER
+
+    ptx, launches = stub_cuda.run(__file__, "launcher", tmp_path)
+    stages = 2 * len(LAYER)
+    kinds = [launch.kernel for launch in launches]
+    assert kinds == ["stage_gemv"] * stages + ["chained_gemv"] * 4, kinds
+    for launch in launches:
+        assert launch.local_bytes == 0 and launch.dependent == (launch.kernel == "stage_gemv")
+    tickets = sum(-(-n // BLOCK_N_H200) for _name, n, _k in LAYER)
+    grids = [launch.grid[0] for launch in launches[stages:]]
+    assert grids == [tickets, tickets, 2 * tickets, min(4 * 132, 2 * tickets)], grids
+    assert "griddepcontrol.wait" in ptx["stage_gemv"]
+    for chained in (ptx["chained_gemv"], ptx["chained_gemv persistent"]):
+        # The poll is an acquiring load; the tile counts itself done with a releasing add.
+        assert "nanosleep" in chained and "gpu.acquire.b32" in chained
+        assert "gpu.release.add" in chained
+        for load in ("ld.global.b16", "ld.global.v4.b32"):
+            assert chained.count(load) == ptx["stage_gemv"].count(load), load
+
+
+def _launcher_child() -> dict[str, str]:
+    import torch
 
     from benchmarks import stage_chain_h200 as sc
+    from benchmarks.stage_chain_h200 import LAYER
 
-    h200 = GPUTarget("cuda", 90, 32)
-    tile = {"BLOCK_N": 8, "BLOCK_K": 2048}
-    stage = {"x_ptr": "*bf16", "wq_ptr": "*i32", "ws_ptr": "*bf16", "y_ptr": "*bf16"}
-    stage |= {"N": "i32", "K": "i32"} | dict.fromkeys((*tile, "PDL"), "constexpr")
-    # Pointers and widths as a launch specializes them (16-byte aligned: torch's
-    # allocations are; multiples of 16).
-    built = triton.compile(
-        ASTSource(
-            fn=sc.stage_gemv,
-            signature=stage,
-            constexprs={**tile, "PDL": True},
-            attrs={(i,): [["tt.divisibility", 16]] for i in range(6)},
-        ),
-        target=h200,
-        options={"launch_pdl": True},
-    )
-    assert "griddepcontrol.wait" in built.asm["ptx"]
-    tables = ("starts_ptr", "n_ptr", "k_ptr", "w_at_ptr", "s_at_ptr", "x_at_ptr", "y_at_ptr")
-    chained = {"acts_ptr": "*bf16", "wq_ptr": "*i32", "ws_ptr": "*bf16"}
-    chained |= {name: "*i32" if i < 3 else "*i64" for i, name in enumerate(tables)}
-    chained |= {"done_ptr": "*i32", "ticket_ptr": "*i32", "exits_ptr": "*i32", "tickets": "i32"}
-    aligned = {
-        (i,): [["tt.divisibility", 16]] for i, kind in enumerate(chained.values()) if "*" in kind
-    }
-    for persistent in (False, True):
-        constants = {"STAGES": 210, "BLOCK_S": 256, **tile, "PERSISTENT": persistent}
-        signature = chained | dict.fromkeys(constants, "constexpr")
-        source = ASTSource(sc.chained_gemv, signature, constexprs=constants, attrs=aligned)
-        ptx = triton.compile(source, target=h200).asm["ptx"]
-        # The poll is an acquiring load; the tile counts itself done with a releasing add.
-        assert "nanosleep" in ptx and "gpu.acquire.b32" in ptx and "gpu.release.add" in ptx
-        # Its stages' parts start aligned (`ALIGN`): its loads vectorize as a launch's do.
-        for load in ("ld.global.b16", "ld.global.v4.b32"):
-            assert ptx.count(load) == built.asm["ptx"].count(load), load
+    stub_cuda.as_h200()
+    chain = sc.build(2, "cpu", torch.bfloat16)
+    tile = (BLOCK_N_H200, 2048, 4)
+    sc.run_launches(chain, *tile, pdl=True)
+    ptx = {"stage_gemv": _ptx(sc.stage_gemv)}
+    sc.run_chained(chain, sc.plan(chain, len(LAYER), BLOCK_N_H200), *tile)
+    sc.run_chained(chain, sc.plan(chain, 2 * len(LAYER), BLOCK_N_H200), *tile)
+    ptx["chained_gemv"] = _ptx(sc.chained_gemv)
+    sc.run_chained(chain, sc.plan(chain, 2 * len(LAYER), BLOCK_N_H200), *tile, programs=4 * 132)
+    ptx["chained_gemv persistent"] = _ptx(sc.chained_gemv)
+    return ptx
+
+
+def _ptx(kernel: Any) -> str:
+    """The PTX of the build `kernel`'s last launches compiled (its cache emptied: the
+    next launches compile their own)."""
+    builds = list(kernel.device_caches[0][0].values())
+    kernel.device_caches.clear()
+    return builds[-1].asm["ptx"]
 
 
 if __name__ == "__main__":
-    print(json.dumps(_child()))
+    print(json.dumps(_launcher_child() if sys.argv[1:] == ["launcher"] else _child()))
