@@ -98,8 +98,8 @@ CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attribute, CUdevice
 }
 
 CUresult cuModuleLoadData(CUmodule *module, const void *image) {
+  if (memcmp(image, "\x7f" "ELF", 4) != 0) return CUDA_ERROR_INVALID_IMAGE;  // Triton loads cubins
   struct CUmod_st *mod = calloc(1, sizeof *mod);
-  if (memcmp(image, "\x7f" "ELF", 4) != 0) return CUDA_ERROR_INVALID_IMAGE;
   read_nv_info(image, mod);
   *module = mod;
   return CUDA_SUCCESS;
