@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
         choices=CHAINED_PRODUCTS,
         default=EngineConfig.chained_products,
         help="with int4 weights at batch 1, a layer's five products after attention (tail), "
-        "or the whole layer with the normed attention kernel (layer), as one Triton launch "
+        "or the whole layer with the normed attention kernel (layer; a layer with 512-wide "
+        "heads runs its tail so), as one Triton launch "
         "whose programs wait on counters instead of on the launch before "
         "(engines.pytorch.product_chain; an experiment: off by default)",
     )

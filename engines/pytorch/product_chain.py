@@ -4,7 +4,8 @@
   GELU gate, down, the per-layer gate and projection and their residual steps;
 - "tail": the five products after attention as one launch whose programs wait on
   counters (`layer_tail`, `triton_chain.layer_tail_int4`);
-- "layer": the whole layer as one such launch (`whole_layer`, `triton_chain.layer_int4`).
+- "layer": the whole layer as one such launch (`whole_layer`, `triton_chain.layer_int4`)
+  where its attention runs at the products' warps, else the tail as one (`layer_applies`).
 
 Why: a batch-1 decode step is about 300 launches of a few microseconds each, and each
 launch boundary costs the drain of the kernel before and the ramp of the next, which a
@@ -230,10 +231,18 @@ def layer_applies(
     x: torch.Tensor, weights: tuple[Weight, ...], k_pool: torch.Tensor, v_pool: torch.Tensor
 ) -> bool:
     """`whole_layer` serves `applies`' rows and weights with `attention_kernel`'s normed
-    kernel's pools."""
+    kernel's pools, where its attention runs at the products' `WARPS`. A layer whose
+    heads need more (512 wide: 8) runs its tail as one launch instead: the whole layer at 8
+    warps takes about 254 registers a thread, one program an SM, and so a few KB of
+    weights in flight an SM for its products (the stand-in driver's count from the cubin:
+    `tests/engines/pytorch/test_product_chain.py`)."""
     from engines.pytorch import attention_kernel
 
-    return applies(x, weights) and attention_kernel.use_normed_kernel(x, k_pool, v_pool)
+    return (
+        applies(x, weights)
+        and attention_kernel.use_normed_kernel(x, k_pool, v_pool)
+        and attention_kernel.partial_warps(k_pool.shape[-1]) == WARPS
+    )
 
 
 def _launch_layer(

@@ -240,6 +240,21 @@ def test_on_a_gpu_one_launch_serves_graphs_as_the_five_launches_do() -> None:
         assert torch.equal(replayed, got)
 
 
+def test_a_layer_with_heads_512_wide_chains_its_tail_not_the_whole_layer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The whole layer in one launch only where its attention runs at the products' warps
+    (a full layer's at 8 would hold one program an SM); the guards a CPU fails are passed."""
+    from engines.pytorch import attention_kernel, product_chain
+
+    monkeypatch.setattr(product_chain, "applies", lambda x, weights: True)
+    monkeypatch.setattr(attention_kernel, "use_normed_kernel", lambda x, k, v: True)
+    x = torch.zeros(1, 8)
+    for head_dim, whole in ((256, True), (512, False)):
+        pool = torch.zeros(2, 1, 1, 4, head_dim)
+        assert product_chain.layer_applies(x, (), pool, pool) is whole, head_dim
+
+
 # E2B's kinds of layer: (head_dim, ff, writes_kv): sliding and full, writing KV or
 # reading an earlier layer's, the feed-forward single or double.
 LAYER_KINDS = ((256, 6144, True), (256, 12288, False), (512, 6144, True), (512, 12288, False))
