@@ -226,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or the whole layer with the normed attention kernel (layer; a layer with 512-wide "
         "heads runs its tail so), as one Triton launch "
         "whose programs wait on counters instead of on the launch before "
-        "(engines.pytorch.product_chain; an experiment: off by default)",
+        "(engines.pytorch.product_chain; an experiment, off by default: slower on an H200)",
     )
     p.add_argument(
         "--compile-mode",

@@ -15,6 +15,10 @@ the stage before still runs, stream their first weights, and begin as soon as th
 tile they read is stored. `benchmarks/stage_chain_h200.py` measures what a boundary
 costs either way on plain products.
 
+Measured on an H200, it is not so: a wait on a counter inside the launch costs more than
+the dependent launch's boundary it replaces, and the served step is slower with either
+form (`benchmarks/records/2026-12-05-h200-chained-products.md`). So it is off by default.
+
 The chain uses, stage by stage, the block shape the pinned table names for that product
 (`int4_tuning`), or `DEFAULT_TILE`; all stages of a launch run with one number of warps
 (`WARPS`; a whole layer, its attention kernel's).
