@@ -40,7 +40,9 @@ from engines.pytorch import int4_tuning, triton_int4
 # (`records/2026-12-02-h200-int4-layers.json`).
 SMS, CLOCK_GHZ, COPY_GB_S = 132, 1.98, 4173.0
 GROUP = 32
-POINTERS = {"x_ptr": "*bf16", "wq_ptr": "*i32", "ws_ptr": "*bf16", "y_ptr": "*bf16",
+SM90 = GPUTarget("cuda", 90, 32)
+# `matmul_int4`'s pointers in its order (None: the activations' and scales' dtype).
+POINTERS = {"x_ptr": None, "wq_ptr": "*i32", "ws_ptr": None, "y_ptr": None,
             "part_ptr": "*fp32", "count_ptr": "*i32"}  # fmt: skip
 INTS = ("M", "N", "K", "M_BUCKET")
 _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
@@ -63,16 +65,23 @@ class Bound:
     per_step: int
 
 
-def build(config: triton.Config, rows: int, bucket: int, n: int, k: int) -> bytes:
-    """`matmul_int4`'s cubin for sm_90 at `config`, its pointers 16-byte aligned and each
-    integer that is a multiple of 16 marked so, as a launch at these sizes specializes."""
-    values = {"M": rows, "N": n, "K": k, "M_BUCKET": bucket}
-    signature = dict(POINTERS) | dict.fromkeys(INTS, "i32")
+def build_matmul_int4(
+    config: triton.Config,
+    target: GPUTarget,
+    dtype: str = "bf16",
+    sizes: dict[str, int] | None = None,
+) -> Any:
+    """`matmul_int4` compiled for `target` at `config`, activations and scales in `dtype`
+    ("bf16", "fp16"). With `sizes` (M, N, K, M_BUCKET), specialized as a launch at those
+    sizes is: its pointers 16-byte aligned and each size that is a multiple of 16 marked so;
+    without, nothing is assumed (as the build tests compile every configuration)."""
+    kinds = {name: kind or f"*{dtype}" for name, kind in POINTERS.items()}
+    signature = kinds | dict.fromkeys(INTS, "i32")
     constants = {"GROUP": GROUP, **config.kwargs}
     aligned = {
         (i,): [["tt.divisibility", 16]]
         for i, name in enumerate(signature)
-        if name in POINTERS or values[name] % 16 == 0
+        if sizes is not None and (name in POINTERS or sizes[name] % 16 == 0)
     }
     source = ASTSource(
         fn=triton_int4.matmul_int4.fn,
@@ -81,7 +90,7 @@ def build(config: triton.Config, rows: int, bucket: int, n: int, k: int) -> byte
         attrs=aligned,
     )
     options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
-    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options).asm["cubin"]
+    return triton.compile(source, target=target, options=options)
 
 
 def main_loop(sass: str) -> list[str]:
@@ -112,7 +121,8 @@ def bound(rows: int, bucket: int, n: int, k: int, label: str, per_step: int) -> 
     meta = config.kwargs
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp, "kernel.cubin")
-        cubin.write_bytes(build(config, rows, bucket, n, k))
+        sizes = {"M": rows, "N": n, "K": k, "M_BUCKET": bucket}
+        cubin.write_bytes(build_matmul_int4(config, SM90, sizes=sizes).asm["cubin"])
         nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
         sass = subprocess.run(
             [str(nvdisasm), "-c", str(cubin)], capture_output=True, text=True, check=True
