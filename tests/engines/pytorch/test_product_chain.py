@@ -302,9 +302,7 @@ def _launcher_child() -> list[dict[str, Any]]:
         return torch.randn(*shape, generator=gen).to(torch.bfloat16)
 
     def ptx(kernel: Any) -> dict[str, bool]:
-        (compiled,) = kernel.device_caches[0][0].values()
-        kernel.device_caches.clear()  # the next kind compiles its own
-        text = compiled.asm["ptx"]
+        (text,) = stub_cuda.builds_ptx(kernel)  # one build a kind
         marks = {"wait": "griddepcontrol.wait", "sleeps": "nanosleep",
                  "acquire": "gpu.acquire.b32", "release": "gpu.release.add"}  # fmt: skip
         return {name: mark in text for name, mark in marks.items()}

@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -127,21 +126,13 @@ def _launcher_child() -> dict[str, str]:
     chain = sc.build(2, "cpu", torch.bfloat16)
     tile = (BLOCK_N_H200, 2048, 4)
     sc.run_launches(chain, *tile, pdl=True)
-    ptx = {"stage_gemv": _ptx(sc.stage_gemv)}
+    ptx = {"stage_gemv": stub_cuda.builds_ptx(sc.stage_gemv)[-1]}
     sc.run_chained(chain, sc.plan(chain, len(LAYER), BLOCK_N_H200), *tile)
     sc.run_chained(chain, sc.plan(chain, 2 * len(LAYER), BLOCK_N_H200), *tile)
-    ptx["chained_gemv"] = _ptx(sc.chained_gemv)
+    ptx["chained_gemv"] = stub_cuda.builds_ptx(sc.chained_gemv)[-1]
     sc.run_chained(chain, sc.plan(chain, 2 * len(LAYER), BLOCK_N_H200), *tile, programs=4 * 132)
-    ptx["chained_gemv persistent"] = _ptx(sc.chained_gemv)
+    ptx["chained_gemv persistent"] = stub_cuda.builds_ptx(sc.chained_gemv)[-1]
     return ptx
-
-
-def _ptx(kernel: Any) -> str:
-    """The PTX of the build `kernel`'s last launches compiled (its cache emptied: the
-    next launches compile their own)."""
-    builds = list(kernel.device_caches[0][0].values())
-    kernel.device_caches.clear()
-    return builds[-1].asm["ptx"]
 
 
 if __name__ == "__main__":

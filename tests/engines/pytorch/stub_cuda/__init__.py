@@ -82,6 +82,15 @@ def _triton_dir() -> Path:
     return Path(triton.__file__).parent
 
 
+def builds_ptx(kernel: Any) -> list[str]:
+    """In the child: the PTX of each build of `kernel` (a `triton.jit` function) on the
+    stub's device, in the order compiled; its cache is then emptied, so the next launches
+    compile their own."""
+    builds = [compiled.asm["ptx"] for compiled in kernel.device_caches[0][0].values()]
+    kernel.device_caches.clear()
+    return builds
+
+
 def as_h200() -> None:
     """In the child: Triton's active driver is its own CUDA driver over the stub, with the
     device, stream and capability torch.cuda would report for one H200."""
