@@ -237,9 +237,8 @@ def layer_applies(
     """`whole_layer` serves `applies`' rows and weights with `attention_kernel`'s normed
     kernel's pools, where its attention runs at the products' `WARPS`. A layer whose
     heads need more (512 wide: 8) runs its tail as one launch instead: the whole layer at 8
-    warps takes about 254 registers a thread, one program an SM, and so a few KB of
-    weights in flight an SM for its products (the stand-in driver's count from the cubin:
-    `tests/engines/pytorch/test_product_chain.py`)."""
+    warps holds one program an SM, and so a few KB of weights in flight an SM for its
+    products (`benchmarks/records/2026-12-05-cpu-chain-registers.md`)."""
     from engines.pytorch import attention_kernel
 
     return (
