@@ -40,10 +40,6 @@
 #           launch a product against launches whose programs wait on counters
 #           (`benchmarks.stage_chain_h200`), for each tile in TILES (default "8,2048,4
 #           16,512,4": block_n,block_k,warps; about 2 minutes);
-#   chained: the product chain's CUDA tests, then the served int4 step profiled with a
-#           layer as its eight launches, with its five products after attention as one
-#           (`--chained-products tail`) and as one launch (`layer`;
-#           engines.pytorch.product_chain; about 8 minutes);
 #   attention: the attention kernels' CUDA tests, then the served int4 step profiled with
 #           the q/k norms, rotary and KV write as compiled torch ops before the attention
 #           kernel (`--attention-form kernel`) and inside it (the default,
@@ -59,7 +55,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|chain|chained|attention|all
+#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|chain|attention|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -213,18 +209,6 @@ attention)
   profile_run dp "${TMO:-420}" \
     --variant kernel="--quantize w4a16 --attention-form kernel ${INT4_FLAGS:-}" \
     --variant normed="--quantize w4a16 ${INT4_FLAGS:-}"
-  ;;
-chained)
-  # The tests compile every kernel of both forms cold (a fresh machine has no Triton cache);
-  # the profile gets what is left of the budget.
-  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_product_chain.py \
-    -k on_a_gpu > "$OUT/cuda-tests.log" 2>&1
-  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
-  # Each variant's row reaches dp/decode-profile.json as it ends, in the order given.
-  profile_run dp "${TMO:-$(( $(left) - 10 ))}" --requests "${REQUESTS:-1}" \
-    --variant launches="--quantize w4a16 ${INT4_FLAGS:-}" \
-    --variant layer="--quantize w4a16 --chained-products layer ${INT4_FLAGS:-}" \
-    --variant tail="--quantize w4a16 --chained-products tail ${INT4_FLAGS:-}"
   ;;
 profile-tables)
   profile_run dp "${TMO:-560}" --variant shipped="--quantize w4a16" \

@@ -9,9 +9,6 @@ from dataclasses import dataclass
 DEFAULT_PORT = 8100
 # How the decode program attends (engines.pytorch.programs).
 ATTENTION_FORMS = ("matmul", "reduction", "kernel", "normed-kernel")
-# --chained-products: a layer's launches at batch 1 with int4 weights (engines.pytorch.
-# product_chain): one a kernel, one for the products after attention, one for the layer.
-CHAINED_PRODUCTS = ("off", "tail", "layer")
 
 
 @dataclass(frozen=True)
@@ -36,7 +33,6 @@ class EngineConfig:
     gemv_kernel: str = "auto"  # batch-1 projections of the decode program (auto: triton on CUDA)
     attention_form: str = "normed-kernel"  # decode program attention: one of ATTENTION_FORMS
     dependent_launch: str = "auto"  # batch-1 Triton kernels as PDL dependents (auto: sm_90+)
-    chained_products: str = "off"  # int4, batch 1: one launch a layer's tail or whole layer
     compile_mode: str = "auto"  # torch.compile mode (auto: default for a CUDA program; none)
     graph_warmup_len: int = 1024
     async_decode: str = "on"  # queue step n+1 before reading step n (batched decode only)
@@ -217,16 +213,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="launch the batch-1 Triton kernels as programmatic dependents of the kernel "
         "before them, so each fetches its first weights while that one drains "
         "(engines.pytorch.dependent_launch; auto: on where the GPU has it, sm_90 and later)",
-    )
-    p.add_argument(
-        "--chained-products",
-        choices=CHAINED_PRODUCTS,
-        default=EngineConfig.chained_products,
-        help="with int4 weights at batch 1, a layer's five products after attention (tail), "
-        "or the whole layer with the normed attention kernel (layer; a layer with 512-wide "
-        "heads runs its tail so), as one Triton launch "
-        "whose programs wait on counters instead of on the launch before "
-        "(engines.pytorch.product_chain; an experiment, off by default: slower on an H200)",
     )
     p.add_argument(
         "--compile-mode",

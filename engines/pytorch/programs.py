@@ -36,8 +36,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from contract.errors import BenchError
-from engines.pytorch import attention_kernel, int4, int4_blocks, kernels, product_chain
-from engines.pytorch.config import ATTENTION_FORMS, CHAINED_PRODUCTS
+from engines.pytorch import attention_kernel, int4, int4_blocks, kernels
+from engines.pytorch.config import ATTENTION_FORMS
 from engines.pytorch.kernels import Weight
 from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
 
@@ -141,7 +141,6 @@ def gemma4_layer(
     fused_gemv: bool = False,
     attention_form: str = "matmul",
     gemv_epilogues: bool = False,
-    chained_products: str = "off",
 ) -> torch.Tensor:
     """One Gemma 4 decoder layer for a batch of single tokens: x (rows, hidden) ->
     (rows, hidden). Pure function of its arguments (what torch.compile caches per kind).
@@ -156,9 +155,6 @@ def gemma4_layer(
     ones that read them, so no projection does a pass over its input before its weights
     stream, and the residual steps after the attention output and the per-layer
     projection end those products (see `kernels`).
-    `chained_products` (with `gemv_epilogues`, at batch 1 with int4 weights): "tail", the
-    products after attention in one launch (`product_chain.layer_tail`); "layer", with the
-    normed attention kernel, the whole layer in one (`product_chain.whole_layer`); "off".
     `attention_form`: "kernel" runs batch 1 on CUDA through `attention_kernel` and
     anything else through the products; "normed-kernel" also makes the q/k norms, rotary
     and the KV write part of that kernel (`decode_attention_normed`); "reduction" see
@@ -168,18 +164,6 @@ def gemma4_layer(
     n_in, n_q, n_k, n_post_attn, n_pre_ff, n_post_ff, n_post_ple = norms
     rows, width = x.shape
 
-    if (
-        chained_products == "layer"
-        and gemv_epilogues
-        and fused_gemv
-        and activation == "gelu_pytorch_tanh"
-        and attention_form == "normed-kernel"
-        and product_chain.layer_applies(x, weights, k_pool, v_pool)
-    ):
-        return product_chain.whole_layer(
-            x, ple, weights, norms, layer_scalar, k_pool, v_pool, cos, sin, hidden, positions,
-            heads, writes_kv, scale, eps,
-        )  # fmt: skip
     qkv = kernels.norm_linear(x, n_in, eps, w_qkv, fused_gemv, post_scale=gemv_epilogues)
     if attention_form == "normed-kernel" and attention_kernel.use_normed_kernel(
         qkv, k_pool, v_pool
@@ -195,11 +179,15 @@ def gemma4_layer(
         )  # fmt: skip
     attn = attn.reshape(rows, -1)
     if gemv_epilogues and activation == "gelu_pytorch_tanh":
-        return product_chain.layer_tail(
-            attn, x, ple, (w_o, w_gate_up, w_down, w_ple_gate, w_ple_proj),
-            (n_post_attn, n_pre_ff, n_post_ff, n_post_ple), layer_scalar, eps, fused_gemv,
-            chained_products != "off",
-        )  # fmt: skip
+        x = kernels.linear_residual(attn, w_o, x, n_post_attn, None, eps, fused_gemv)
+        act = kernels.gated_norm_linear(x, n_pre_ff, eps, w_gate_up, fused_gemv, post_scale=True)
+        d = kernels.linear(act, w_down, fused_gemv)
+        ple_act, x = kernels.residual_linear(
+            x, d, n_post_ff, None, None, eps, w_ple_gate, fused_gemv, gate_times=ple
+        )
+        return kernels.linear_residual(
+            ple_act, w_ple_proj, x, n_post_ple, layer_scalar, eps, fused_gemv
+        )
     if gemv_epilogues:
         x = kernels.linear_residual(attn, w_o, x, n_post_attn, None, eps, fused_gemv)
     else:
@@ -341,14 +329,12 @@ class ProgramOptions:
     `attention_form`: "matmul" or "reduction" (see `_attend`; only when compiled), or
     "kernel" (`attention_kernel` at batch 1, the products otherwise), or "normed-kernel"
     (the same with the q/k norms, rotary and KV write in the kernel); `gemv_epilogues`:
-    see `gemma4_layer` (with `triton_gemv`); `chained_products`: see `gemma4_layer` (with
-    `gemv_epilogues`)."""
+    see `gemma4_layer` (with `triton_gemv`)."""
 
     compile_mode: str | None = None
     triton_gemv: bool = False
     attention_form: str = "matmul"
     gemv_epilogues: bool = True
-    chained_products: str = "off"
     compile_backend: str = "inductor"  # aot_eager: traced as in serving, no code generated
 
 
@@ -414,9 +400,6 @@ class Gemma4DecodeProgram:
         # larger batches keep cuBLAS (the kernels fall back by themselves).
         self.fused_gemv = options.triton_gemv
         self.gemv_epilogues = options.triton_gemv and options.gemv_epilogues
-        self.chained_products = options.chained_products if self.gemv_epilogues else "off"
-        if self.chained_products not in CHAINED_PRODUCTS:
-            raise ValueError(f"unknown product chain {options.chained_products!r}")
         # The reduction form of attention only makes sense compiled (see `_attend`), and
         # even then it loses to the products at large batches (benchmarks/records/).
         self.attention_form = options.attention_form
@@ -439,15 +422,7 @@ class Gemma4DecodeProgram:
             len(self.layers),
             sum(layer.writes_kv for layer in self.layers),
             ", layers compiled" if compile_layers else "",
-            (
-                ", Triton GEMV at batch 1"
-                + (" with epilogues" if self.gemv_epilogues else "")
-                + (
-                    f", one launch a layer's {self.chained_products}"
-                    if self.chained_products != "off"
-                    else ""
-                )
-            )
+            (", Triton GEMV at batch 1" + (" with epilogues" if self.gemv_epilogues else ""))
             if self.fused_gemv
             else "",
             f", attention: {self.attention_form}",
@@ -570,7 +545,6 @@ class Gemma4DecodeProgram:
                 self.fused_gemv,
                 self.attention_form,
                 self.gemv_epilogues,
-                self.chained_products,
             )
         return self._head_fn(
             x,

@@ -191,7 +191,6 @@ class ModelRunner:
         gemv_epilogues: bool = True,
         compile_without_program: bool = True,
         dependent_launch: bool = True,
-        chained_products: str = "off",
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -241,7 +240,6 @@ class ModelRunner:
                 triton_gemv,
                 attention_form,
                 gemv_epilogues=gemv_epilogues,
-                chained_products=chained_products,
             )
             self.program = program_for(self.model, self.cache, loaded.max_model_len, options)
         if compile_mode is not None and self.program is None and compile_without_program:

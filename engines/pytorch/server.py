@@ -52,7 +52,6 @@ def create_state(config: EngineConfig) -> ServingState:
         triton_gemv=config.triton_gemv_on(device_type),
         attention_form=config.attention_form,
         dependent_launch=config.dependent_launch == "auto",
-        chained_products=config.chained_products,
     )
     if runner.graphs is not None and config.graph_warmup_len > 0:
         # Before /health answers: the first requests should not wait for captures.

@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from engines.pytorch import int4, kernels
-from engines.pytorch.config import ATTENTION_FORMS, CHAINED_PRODUCTS, EngineConfig
+from engines.pytorch.config import ATTENTION_FORMS, EngineConfig
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
 
@@ -293,7 +293,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "gates after the products that make them (engines.pytorch.kernels)",
     )
     p.add_argument("--dependent-launch", choices=("auto", "off"), default="auto")
-    p.add_argument("--chained-products", choices=CHAINED_PRODUCTS, default="off")
     p.add_argument(
         "--check-tokens",
         type=int,
@@ -345,7 +344,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         attention_form=args.attention_form,
         gemv_epilogues=args.gemv_fusion == "epilogue",
         dependent_launch=args.dependent_launch == "auto",
-        chained_products=args.chained_products,
     )
     result: dict[str, Any] = {
         "model": args.model,
@@ -364,7 +362,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "attention_form": args.attention_form,
         "gemv_fusion": args.gemv_fusion,
         "dependent_launch": args.dependent_launch,
-        "chained_products": args.chained_products,
         "quantize": args.quantize,
         "quantization": None if loaded.quantization is None else loaded.quantization.summary(),
         "weight_bytes_streamed": streamed_weight_bytes(loaded.model),

@@ -205,9 +205,9 @@ def gemv_int4_tile(
     PREFETCH: tl.constexpr, WAITS: tl.constexpr,
 ):  # fmt: skip
     # Program `pid` of `programs` of `gemv_int4`; with WAITS, it also waits, after its
-    # first chunk of weights, until `wait_ptr` counts `wait_for` (`triton_chain`: another
-    # product of the same launch made its input). True for the program that took the
-    # residual step of epilogue 3.
+    # first chunk of weights, until `wait_ptr` counts `wait_for`
+    # (`benchmarks/stage_chain_h200.py`: another product of the same launch made its
+    # input). True for the program that took the residual step of epilogue 3.
     # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
     WORDS: tl.constexpr = BLOCK_K // 8
     # GROUP_SCALES: one scale load and multiply per group of words (group <= chunk)

@@ -63,5 +63,3 @@ def test_decode_program_kernels_and_compile_default_to_cuda_only() -> None:
     )
     assert parse_args(["--attention-form", "reduction"]).attention_form == "reduction"
     assert parse_args([]).attention_form == "normed-kernel"  # at batch 1 on CUDA only
-    assert parse_args([]).chained_products == "off"  # an experiment until timed on a GPU
-    assert parse_args(["--chained-products", "layer"]).chained_products == "layer"

@@ -23,7 +23,6 @@ from typing import Any
 from tests.engines.pytorch import interpreter_child
 
 SOURCE = Path(__file__).with_name("libcuda.c")
-GPU = "NVIDIA H200"  # the stub's device, as the pinned tile table names it
 
 
 @dataclass(frozen=True)
