@@ -7,13 +7,13 @@ microseconds and two launch gaps a layer, a measurable share of the step
 (benchmarks/records/2026-11-29-h200-pytorch-epilogues.md). Here the
 keys are split into blocks of `BLOCK_L`; each program takes every query head of one KV
 head (grouped-query attention: the heads share the keys it loads) over one block and
-writes its unnormalised output, running maximum and sum; one small kernel combines the
-blocks, with all their loads in flight at once for up to 64 blocks (32 where heads are
-512 wide), rescaling pass by pass beyond. The pools are passed whole (slot 0 is row 0
-at batch 1), so no view of them is copied before the kernel. Keys the mask hides (past
-the row's length in its KV bucket, outside a sliding window) are never fetched, and a
-block with none visible writes no partial output: the kernel costs what the row reads,
-not what its bucket holds (what that saved on an H200, with dependent launch:
+writes its unnormalised output (zeros where no key of the block is visible), running
+maximum and sum; one small kernel combines the blocks, with all their loads in flight at
+once for up to 64 blocks (32 where heads are 512 wide), rescaling pass by pass beyond.
+The pools are passed whole (slot 0 is row 0 at batch 1), so no view of them is copied
+before the kernel. Keys the mask hides (past the row's length in its KV bucket, outside
+a sliding window) are never fetched: the kernel costs what the row reads, not what its
+bucket holds (what that saved on an H200, with dependent launch:
 benchmarks/records/2026-11-30-h200-pytorch-dependent-launch.md).
 
 `decode_attention_normed` (`--attention-form normed-kernel`) starts from the q/k/v
@@ -21,9 +21,12 @@ projection's raw row instead: the query heads' RMSNorm and rotary, and the new k
 value's with their write to the pools, happen in the partial kernel, which attends to the
 new row from registers. In the program's torch form they are compiled kernels of their
 own, launched as ordinary kernels: each breaks the dependent-launch overlap around
-attention (a dependent cannot start before an ordinary kernel ends). In a layer that
-writes its own KV, the block's keys are read before the kernel waits on the projection:
-every row of those pools but the new one was written by an earlier step or by prefill.
+attention (a dependent cannot start before an ordinary kernel ends). Everything but the
+q/k/v row is read before the kernel waits on the projection (`dependent_launch` says
+what may be): the norm weights, the rotary rows, the position, the mask and the block's
+keys and values, whose every row but the new one an earlier step or prefill wrote. The
+new row is this step's: a layer that writes KV makes it in registers; one that reads an
+earlier layer's pools reads it again after the wait.
 
 Numerics: scores are rounded to the activation dtype as the products' output is, and the
 probabilities are rounded before they weigh the values, as the products' form rounds

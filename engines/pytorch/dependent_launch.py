@@ -11,6 +11,14 @@ programs run; each waits (`griddepcontrol.wait`) before it reads or writes anyth
 earlier kernel touches, so only work that depends on no earlier kernel (a projection's
 first chunk of weights) moves ahead. A CUDA graph captures the dependency as a
 programmatic edge, so the replayed step overlaps the same way.
+
+What a dependent may read before its wait: what no kernel of the running chain writes.
+That is weights, rows of the KV pools an earlier step or prefill wrote, and what an
+ordinary kernel made earlier on the stream: a dependent starts only once the kernel
+before it has started, and the first dependent after an ordinary kernel only once that
+kernel has ended. The step's inputs (positions, the rotary rows at them, the attention
+masks) are made so, by torch's own kernels before the layers, and the batch-1 attention
+kernel reads them and its block of keys before its wait (`attention_kernel`).
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ run on the CPU (`tests/engines/pytorch/test_triton_interpreter.py`).
 import triton
 import triton.language as tl
 
-from engines.pytorch.triton_kernels import _wait_at_least
-
 
 @triton.jit
 def _block_keys(
@@ -60,10 +58,10 @@ def _block_partial(
     total = tl.sum(p, axis=1)
     acc = tl.dot(p.to(v.dtype), v)
     row = (h * blocks + block) * BLOCK_G + heads
-    # Only rows the combine reads: real heads (BLOCK_G pads the group to 16 for tl.dot)
-    # of a block with a visible key (the combine skips a block whose maximum is -inf).
-    written = head_ok & (top > float("-inf"))
-    tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc, mask=written[:, None])
+    # Rows of real heads only (BLOCK_G pads the group to 16 for tl.dot). A block with no
+    # visible key writes zeros (p is 0 there), so the combine reads every block's output
+    # in the same round trip as its maximum and sum instead of after them.
+    tl.store(acc_ptr + row[:, None] * DV + dims_v[None, :], acc, mask=head_ok[:, None])
     tl.store(max_ptr + row, top)
     tl.store(sum_ptr + row, total)
 
@@ -114,10 +112,19 @@ def attention_partial(
 
 
 @triton.jit
-def _normed(x_ptr, rows, row_ok, w_ptr, eps, D: tl.constexpr, WEIGHTED: tl.constexpr):
-    # RMSNorm of rows (R, D) of x_ptr, times w where WEIGHTED, in float32 and rounded to
-    # x's dtype (as torch.rms_norm of a 16-bit tensor); also the values at the partner
-    # dimensions rotary pairs them with (d +- D/2), normed alike.
+def _row_weights(w_ptr, D: tl.constexpr):
+    # A row vector over D dimensions (a norm weight, a rotary row) and its values at the
+    # partner dimensions rotary pairs them with (d +- D/2), in float32.
+    dims = tl.arange(0, D)
+    partner = (dims + D // 2) % D
+    return tl.load(w_ptr + dims).to(tl.float32), tl.load(w_ptr + partner).to(tl.float32)
+
+
+@triton.jit
+def _normed(x_ptr, rows, row_ok, w, wp, eps, D: tl.constexpr, WEIGHTED: tl.constexpr):
+    # RMSNorm of rows (R, D) of x_ptr, times w where WEIGHTED (w, wp: `_row_weights`), in
+    # float32 and rounded to x's dtype (as torch.rms_norm of a 16-bit tensor); also the
+    # values at the partner dimensions, normed alike.
     dims = tl.arange(0, D)
     partner = (dims + D // 2) % D
     x = tl.load(x_ptr + rows[:, None] * D + dims[None, :], mask=row_ok[:, None], other=0.0)
@@ -127,21 +134,18 @@ def _normed(x_ptr, rows, row_ok, w_ptr, eps, D: tl.constexpr, WEIGHTED: tl.const
     y = x * rstd[:, None]
     yp = xp.to(tl.float32) * rstd[:, None]
     if WEIGHTED:
-        y = y * tl.load(w_ptr + dims).to(tl.float32)[None, :]
-        yp = yp * tl.load(w_ptr + partner).to(tl.float32)[None, :]
+        y = y * w[None, :]
+        yp = yp * wp[None, :]
     dtype = x_ptr.dtype.element_ty
     return y.to(dtype).to(tl.float32), yp.to(dtype).to(tl.float32)
 
 
 @triton.jit
-def _rotated(y, yp, cos_ptr, sin_ptr, D: tl.constexpr):
+def _rotated(y, yp, cos, sin, dtype: tl.constexpr, D: tl.constexpr):
     # transformers' rotary: y * cos + rotate_half(y) * sin, where rotate_half(y)[d] is
     # -y[d + D/2] below D/2 and y[d - D/2] above (y, yp from `_normed`); rounded once.
-    dims = tl.arange(0, D)
-    sign = tl.where(dims < D // 2, -1.0, 1.0)
-    cos = tl.load(cos_ptr + dims).to(tl.float32)
-    sin = tl.load(sin_ptr + dims).to(tl.float32)
-    return (y * cos[None, :] + sign[None, :] * yp * sin[None, :]).to(cos_ptr.dtype.element_ty)
+    sign = tl.where(tl.arange(0, D) < D // 2, -1.0, 1.0)
+    return (y * cos[None, :] + sign[None, :] * yp * sin[None, :]).to(dtype)
 
 
 @triton.jit
@@ -152,69 +156,62 @@ def attention_partial_normed(
     D: tl.constexpr, BLOCK_L: tl.constexpr, SCALED: tl.constexpr, WRITES_KV: tl.constexpr,
     PDL: tl.constexpr,
 ):  # fmt: skip
-    attention_partial_normed_tile(
-        tl.program_id(0), tl.program_id(1), tl.num_programs(1), qkv_ptr, nq_ptr, nk_ptr,
-        cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr, hidden_ptr, acc_ptr, max_ptr, sum_ptr, kv_len,
-        stride_kh, stride_kl, stride_vh, stride_vl, scale, eps, pos_ptr, 0, HEADS, KV_HEADS,
-        GROUP, BLOCK_G, D, BLOCK_L, SCALED, WRITES_KV, PDL, False,
-    )  # fmt: skip
-
-
-@triton.jit
-def attention_partial_normed_tile(
-    h, block, blocks, qkv_ptr, nq_ptr, nk_ptr, cos_ptr, sin_ptr, pos_ptr, k_ptr, v_ptr,
-    hidden_ptr, acc_ptr, max_ptr, sum_ptr, kv_len, stride_kh, stride_kl, stride_vh,
-    stride_vl, scale, eps, wait_ptr, wait_for, HEADS: tl.constexpr, KV_HEADS: tl.constexpr,
-    GROUP: tl.constexpr, BLOCK_G: tl.constexpr, D: tl.constexpr, BLOCK_L: tl.constexpr,
-    SCALED: tl.constexpr, WRITES_KV: tl.constexpr, PDL: tl.constexpr, WAITS: tl.constexpr,
-):  # fmt: skip
-    # KV head h's block `block` of `blocks`. With WAITS it also waits, after the block's
-    # keys where it reads them early, until `wait_ptr` counts `wait_for` (`triton_chain`:
-    # the q/k/v projection, in the same launch).
-    # `attention_partial` from the q/k/v projection's raw row: the query heads' RMSNorm and
-    # rotary, and where the layer writes KV, the new key's and value's (the value's norm
-    # has no weight), written to the pools at the row's position and attended from
-    # registers (every other row of the block comes from the pools).
+    # KV head h's block of keys `block`: `attention_partial` from the q/k/v projection's
+    # raw row: the query heads' RMSNorm and rotary, and where the layer writes KV, the new
+    # key's and value's (the value's norm has no weight), written to the pools at the
+    # row's position and attended from registers (every other row of the block comes from
+    # the pools).
+    h = tl.program_id(0)
+    block = tl.program_id(1)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
-    if WRITES_KV:
-        # The layer's own pools: every row but the new one was written by an earlier step
-        # or prefill, so the block's keys stream while the projection before still runs.
-        keys, live, k, v = _block_keys(
-            hidden_ptr, k_ptr, v_ptr, h, block, kv_len, stride_kh, stride_kl, stride_vh,
-            stride_vl, D, D, BLOCK_L,
-        )  # fmt: skip
+    # Before the wait, everything but the q/k/v row (`dependent_launch` says why each is
+    # safe to read then): the norm weights, the rotary rows, the row's position, the mask
+    # and the block's keys and values. Every row of the pools but the new one was written
+    # by an earlier step or by prefill, so the block streams while the projection before
+    # still runs; the new row is this step's.
+    wq, wqp = _row_weights(nq_ptr, D)
+    wk, wkp = _row_weights(nk_ptr, D)
+    cos = tl.load(cos_ptr + tl.arange(0, D)).to(tl.float32)
+    sin = tl.load(sin_ptr + tl.arange(0, D)).to(tl.float32)
+    pos = tl.load(pos_ptr)
+    keys, live, k, v = _block_keys(
+        hidden_ptr, k_ptr, v_ptr, h, block, kv_len, stride_kh, stride_kl, stride_vh,
+        stride_vl, D, D, BLOCK_L,
+    )  # fmt: skip
     if PDL:
         tl.extra.cuda.gdc_wait()
-    if WAITS:
-        _wait_at_least(wait_ptr, wait_for)
-    if not WRITES_KV:
-        # Pools of an earlier layer of this step, its new row written by that layer.
-        keys, live, k, v = _block_keys(
-            hidden_ptr, k_ptr, v_ptr, h, block, kv_len, stride_kh, stride_kl, stride_vh,
-            stride_vl, D, D, BLOCK_L,
-        )  # fmt: skip
     heads = tl.arange(0, BLOCK_G)
     head_ok = heads < GROUP
-    y, yp = _normed(qkv_ptr, h * GROUP + heads, head_ok, nq_ptr, eps, D, True)
-    q = _rotated(y, yp, cos_ptr, sin_ptr, D)
+    y, yp = _normed(qkv_ptr, h * GROUP + heads, head_ok, wq, wqp, eps, D, True)
+    q = _rotated(y, yp, cos, sin, cos_ptr.dtype.element_ty, D)
+    new = (keys == pos)[:, None]
+    mine = (pos >= block * BLOCK_L) & (pos < block * BLOCK_L + BLOCK_L)
+    dims = tl.arange(0, D)[None, :]
     if WRITES_KV:
         one = tl.full((1,), 0, tl.int32)
-        y, yp = _normed(qkv_ptr, HEADS + h + one, one == 0, nk_ptr, eps, D, True)
-        k_new = _rotated(y, yp, cos_ptr, sin_ptr, D)  # (1, D)
-        y, _ = _normed(qkv_ptr, HEADS + KV_HEADS + h + one, one == 0, nk_ptr, eps, D, False)
+        y, yp = _normed(qkv_ptr, HEADS + h + one, one == 0, wk, wkp, eps, D, True)
+        k_new = _rotated(y, yp, cos, sin, cos_ptr.dtype.element_ty, D)  # (1, D)
+        y, _ = _normed(qkv_ptr, HEADS + KV_HEADS + h + one, one == 0, wk, wkp, eps, D, False)
         v_new = y.to(k_new.dtype)
-        pos = tl.load(pos_ptr)
-        new = (keys == pos)[:, None]
-        k = tl.where(new, k_new, k)
-        v = tl.where(new, v_new, v)
-        dims = tl.arange(0, D)[None, :]
-        mine = (pos >= block * BLOCK_L) & (pos < block * BLOCK_L + BLOCK_L)
         tl.store(k_ptr + h * stride_kh + pos * stride_kl + dims, k_new, mask=mine)
         tl.store(v_ptr + h * stride_vh + pos * stride_vl + dims, v_new, mask=mine)
+    else:
+        # The new row, written by an earlier layer of this step: read past L1, which may
+        # hold the line from the read before the wait.
+        k_new = tl.load(
+            k_ptr + h * stride_kh + pos * stride_kl + dims, mask=mine, other=0.0,
+            cache_modifier=".cg",
+        )  # fmt: skip
+        v_new = tl.load(
+            v_ptr + h * stride_vh + pos * stride_vl + dims, mask=mine, other=0.0,
+            cache_modifier=".cg",
+        )  # fmt: skip
+    k = tl.where(new, k_new, k)
+    v = tl.where(new, v_new, v)
     _block_partial(
-        q, k, v, live, h, block, blocks, acc_ptr, max_ptr, sum_ptr, scale, GROUP, BLOCK_G, D,
-        SCALED,
+        q, k, v, live, h, block, tl.num_programs(1), acc_ptr, max_ptr, sum_ptr, scale, GROUP,
+        BLOCK_G, D, SCALED,
     )  # fmt: skip
 
 
@@ -234,17 +231,8 @@ def attention_combine(
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
-    attention_combine_tile(
-        tl.program_id(0), acc_ptr, max_ptr, sum_ptr, out_ptr, blocks, GROUP, BLOCK_G, DV, BLOCK_S
-    )
-
-
-@triton.jit
-def attention_combine_tile(
-    pid, acc_ptr, max_ptr, sum_ptr, out_ptr, blocks, GROUP: tl.constexpr,
-    BLOCK_G: tl.constexpr, DV: tl.constexpr, BLOCK_S: tl.constexpr,
-):  # fmt: skip
     # Output row `pid`: one (KV head, query head of its group).
+    pid = tl.program_id(0)
     h = pid // GROUP
     g = pid % GROUP
     dims = tl.arange(0, DV)
@@ -259,12 +247,8 @@ def attention_combine_tile(
         row = (h * blocks + s) * BLOCK_G + g
         m = tl.load(max_ptr + row, mask=s_ok, other=float("-inf"))
         block_sum = tl.load(sum_ptr + row, mask=s_ok, other=0.0)
-        # A block with no visible key wrote no partial output (its weight is 0).
-        acc = tl.load(
-            acc_ptr + row[:, None] * DV + dims[None, :],
-            mask=(s_ok & (m > float("-inf")))[:, None],
-            other=0.0,
-        )
+        # A block with no visible key wrote zeros (its weight is 0).
+        acc = tl.load(acc_ptr + row[:, None] * DV + dims[None, :], mask=s_ok[:, None], other=0.0)
         new_top = tl.maximum(top, tl.max(m, axis=0))
         safe_top = tl.where(new_top == float("-inf"), 0.0, new_top)
         weight = tl.where(m == float("-inf"), 0.0, tl.exp(m - safe_top))
