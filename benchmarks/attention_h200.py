@@ -9,7 +9,10 @@ another version of `engines/pytorch/triton_attention.py` (e.g. `git show
 REV:engines/pytorch/triton_attention.py > old.py`), in the same run: an A/B of a kernel
 change without the served step's other 228 kernels around it.
 
-    python -m benchmarks.attention_h200 [--kernels before=old.py ...] [--out result.json]
+    python -m benchmarks.attention_h200 [--kernels before=old.py ...] [--knobs] [--out result.json]
+
+`--knobs` also times the engine's kernels at each choice of keys a block (16, 32, 64),
+partial-kernel warps for heads 256 / 512 wide (2/4, 4/8, 8/8) and combine warps (4, 8).
 
 Prints a table; needs a CUDA device with Triton (dependent launch: compute capability 9+).
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -124,12 +128,44 @@ def floor(layers: list[Layer], device: torch.device) -> Callable[[], None]:
     return run
 
 
+def knobs(layers: list[Layer], device: torch.device) -> list[dict[str, object]]:
+    """The engine's chain at each split and warps choice (`attention_kernel`'s, patched)."""
+    from benchmarks.gemv_h200 import _timed_graph
+    from engines.pytorch import attention_kernel, triton_attention
+
+    shipped = attention_kernel.split, attention_kernel.partial_warps, attention_kernel.COMBINE_WARPS
+    rows: list[dict[str, object]] = []
+    print("| keys a block | partial warps (256 / 512) | combine warps | ms a chain | us a layer |")
+    print("| --- | --- | --- | --- | --- |")
+    try:
+        for block_l, warps, combine in itertools.product(
+            (16, 32, 64), ((2, 4), (4, 8), (8, 8)), (4, 8)
+        ):
+            attention_kernel.split = lambda kv, group, bl=block_l: (  # type: ignore[assignment]
+                bl, -(-kv // bl), shipped[0](kv, group)[2]
+            )
+            attention_kernel.partial_warps = lambda d, w=warps: w[1] if d >= 512 else w[0]  # type: ignore[assignment]
+            attention_kernel.COMBINE_WARPS = combine
+            run, _ = chain(triton_attention, layers, _inputs(layers, device))
+            run()
+            ms = _timed_graph(run) * 1e3
+            rows.append({"keys_a_block": block_l, "partial_warps": warps,
+                         "combine_warps": combine, "ms": ms})  # fmt: skip
+            print(f"| {block_l} | {warps[0]} / {warps[1]} | {combine} | {ms:.4f} "
+                  f"| {ms * 1e3 / LAYERS:.2f} |", flush=True)  # fmt: skip
+    finally:
+        attention_kernel.split, attention_kernel.partial_warps = shipped[:2]  # type: ignore[assignment]
+        attention_kernel.COMBINE_WARPS = shipped[2]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     from benchmarks.gemv_h200 import _timed_graph
     from engines.pytorch import dependent_launch, triton_attention
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--kernels", action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument("--knobs", action="store_true", help="also each split and warps choice")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
@@ -163,9 +199,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append({"variant": name, "ms": ms, "largest_difference": difference})
         print(f"| {name} | {ms:.4f} | {ms * 1e3 / LAYERS:.2f} | {over:.2f} | {difference:.3g} |",
               flush=True)  # fmt: skip
+    knob_rows = knobs(layers, device) if args.knobs else []
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+            json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows, "knobs": knob_rows},
+                      f, indent=1)  # fmt: skip
     return 0
 
 

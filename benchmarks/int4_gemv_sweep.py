@@ -4,7 +4,8 @@ autotuner tries (`int4_tuning.GEMV_INT4_CONFIGS`, `MATMUL_INT4_CONFIGS`) is laun
 directly, checked against dequantize-then-matmul and timed, beside bf16 cuBLAS and
 torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 
-- one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then chunks up to
+- one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then the best
+  tiles at 1 and 2 warps (up to 64 words a thread); then chunks up to
   the whole row with up to 64 words a thread (`long_chunks`, also when focused); then
   one scale per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
   the best configurations (split-K 2-16 was tried too, at commit aa41ba2, and never won
@@ -147,8 +148,9 @@ def matmul_tiles(rows: int) -> list[triton.Config]:
 def _with(config: triton.Config, **changes: int) -> triton.Config:
     meta = dict(config.kwargs)
     stages = changes.pop("num_stages", config.num_stages)
+    warps = changes.pop("num_warps", config.num_warps)
     meta.update(changes)
-    return _cfg(meta, config.num_warps, stages)
+    return _cfg(meta, warps, stages)
 
 
 class Shape:
@@ -389,6 +391,19 @@ def sweep(
             listed = [_with(c, PAIRS=False) for c in listed]
         plan += [(shape, c) for c in [*listed, *tiles]]
     run(plan, "tiles")
+    if shapes[0].rows == 1:
+        # The best tiles at one and two warps: a program's reductions and the moves of
+        # its input between threads then stay within fewer warps (fewer barriers on the
+        # serial path after the kernel's wait), at up to 64 words a thread.
+        plan = [
+            (s, _with(c, num_warps=w))
+            for s in shapes
+            for c in best(s, 1 if few else 4)
+            for w in (1, 2)
+            if w < c.num_warps
+            and _words_a_thread(c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], w, s.paired) <= 64
+        ]
+        run(plan, "fewer warps")
     if shapes[0].rows == 1 and not few:
         run([(s, c) for s in shapes for c in long_chunks(s)], "long chunks")
     # A focused sweep skips the group scales, pairs and splits phases.
