@@ -32,6 +32,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from benchmarks.int4_issue_bound import sass
 from engines.pytorch import attention_kernel, int4_tuning, kernels, triton_attention, triton_int4
 
 SM90 = GPUTarget("cuda", 90, 32)
@@ -75,20 +76,16 @@ def _gemv_int4(n: int, k: int, prologue: int, epilogue: int, scale: bool) -> tup
     signature = {name: kinds.get(name, "*bf16") for name in names}
     constants = {"PROLOGUE": prologue, "SCALE": scale, "EPILOGUE": epilogue, "PDL": True,
                  "GROUP": GROUP, **config.kwargs}  # fmt: skip
-    source = ASTSource(
-        fn=triton_int4.gemv_int4.fn,
-        signature=signature | dict.fromkeys(constants, "constexpr"),
-        constexprs=constants,
-        attrs=_aligned(signature),
+    built = _build(
+        triton_int4.gemv_int4.fn, signature, constants, config.num_warps, config.num_stages
     )
-    options = {"num_warps": config.num_warps, "num_stages": config.num_stages, "launch_pdl": True}
-    built = triton.compile(source, target=SM90, options=options)
     return built, label, -(-n // config.kwargs["BLOCK_N"])
 
 
-def _attention(head_dim: int, writes_kv: bool) -> list[tuple[str, Any, str, int]]:
-    block_l, blocks, block_g = attention_kernel.split(BUCKET, HEADS)
-    warps, combine_warps = attention_kernel.partial_warps(head_dim), attention_kernel.COMBINE_WARPS
+def build_attention_partial_normed(head_dim: int, block_l: int, writes_kv: bool) -> Any:
+    """`triton_attention.attention_partial_normed` for sm_90 as E2B launches it (8 query
+    heads on one KV head), at the warps `attention_kernel` gives heads `head_dim` wide."""
+    block_g = attention_kernel.split(BUCKET, HEADS)[2]
     constants = {"HEADS": HEADS, "KV_HEADS": 1, "GROUP": HEADS, "BLOCK_G": block_g,
                  "D": head_dim, "BLOCK_L": block_l, "SCALED": False, "WRITES_KV": writes_kv,
                  "PDL": True}  # fmt: skip
@@ -97,7 +94,14 @@ def _attention(head_dim: int, writes_kv: bool) -> list[tuple[str, Any, str, int]
     signature |= {"acc_ptr": "*fp32", "max_ptr": "*fp32", "sum_ptr": "*fp32"}
     ints = ("kv_len", "stride_kh", "stride_kl", "stride_vh", "stride_vl")
     signature |= dict.fromkeys(ints, "i32") | {"scale": "fp32", "eps": "fp32"}
-    partial = _build(triton_attention.attention_partial_normed, signature, constants, warps)
+    warps = attention_kernel.partial_warps(head_dim)
+    return _build(triton_attention.attention_partial_normed, signature, constants, warps)
+
+
+def _attention(head_dim: int, writes_kv: bool) -> list[tuple[str, Any, str, int]]:
+    block_l, blocks, block_g = attention_kernel.split(BUCKET, HEADS)
+    warps, combine_warps = attention_kernel.partial_warps(head_dim), attention_kernel.COMBINE_WARPS
+    partial = build_attention_partial_normed(head_dim, block_l, writes_kv)
     combine_blocks = attention_kernel.combine_blocks(head_dim, blocks, combine_warps)
     combine_constants = {"GROUP": HEADS, "BLOCK_G": block_g, "DV": head_dim, "PDL": True,
                          "BLOCK_S": combine_blocks}  # fmt: skip
@@ -112,14 +116,17 @@ def _attention(head_dim: int, writes_kv: bool) -> list[tuple[str, Any, str, int]
     ]
 
 
-def _build(fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int) -> Any:
+def _build(
+    fn: Any, signature: dict[str, str], constants: dict[str, Any], warps: int, stages: int = 3
+) -> Any:
     source = ASTSource(
         fn=fn,
         signature=signature | dict.fromkeys(constants, "constexpr"),
         constexprs=constants,
         attrs=_aligned(signature),
     )
-    return triton.compile(source, target=SM90, options={"num_warps": warps, "launch_pdl": True})
+    options = {"num_warps": warps, "num_stages": stages, "launch_pdl": True}
+    return triton.compile(source, target=SM90, options=options)
 
 
 def _registers(built: Any) -> int:
@@ -134,23 +141,17 @@ def _registers(built: Any) -> int:
 
 
 def _barriers_after_wait(built: Any) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp, "kernel.cubin")
-        cubin.write_bytes(built.asm["cubin"])
-        sass = subprocess.run(
-            [str(_BIN / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True
-        ).stdout
-    after = sass[sass.find("ACQBULK") :] if "ACQBULK" in sass else sass
+    code = sass(built)
+    after = code[code.find("ACQBULK") :] if "ACQBULK" in code else code
     return len(re.findall(r"\bBAR\.SYNC", after))
 
 
 def residency(name: str, built: Any, config: str, programs: int) -> Residency:
     warps = built.metadata.num_warps
     registers = _registers(built)
-    warp_registers = -(-registers * 32 // 256) * 256  # allocated per warp, 256 at a time
     shared = built.metadata.shared
     an_sm = min(
-        REGISTERS_AN_SM // (warp_registers * warps),
+        REGISTERS_AN_SM // (_warp_registers(registers) * warps),
         SHARED_AN_SM // shared if shared else WARPS_AN_SM,
         WARPS_AN_SM // warps,
     )
@@ -185,8 +186,12 @@ def _room(before: Residency, resident: int, kernel: Residency) -> int:
     return max(0, min(have // want for have, want in zip(left, need, strict=True) if want))
 
 
+def _warp_registers(registers: int) -> int:
+    return -(-registers * 32 // 256) * 256  # allocated a warp at a time, 256 at a time
+
+
 def _program_registers(kernel: Residency) -> int:
-    return -(-kernel.registers * 32 // 256) * 256 * kernel.warps  # a warp's, 256 at a time
+    return _warp_registers(kernel.registers) * kernel.warps
 
 
 def with_room(kernels_in_order: list[Residency]) -> list[Residency]:

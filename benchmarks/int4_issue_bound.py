@@ -116,18 +116,22 @@ def main_loop(sass: str) -> list[str]:
     return best
 
 
+def sass(built: Any) -> str:
+    """A compiled kernel's SASS (`nvdisasm` from Triton's bundle)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp, "kernel.cubin")
+        cubin.write_bytes(built.asm["cubin"])
+        nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+        return subprocess.run(
+            [str(nvdisasm), "-c", str(cubin)], capture_output=True, text=True, check=True
+        ).stdout
+
+
 def bound(rows: int, bucket: int, n: int, k: int, label: str, per_step: int) -> Bound:
     config = int4_tuning.config_from_label(label)
     meta = config.kwargs
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp, "kernel.cubin")
-        sizes = {"M": rows, "N": n, "K": k, "M_BUCKET": bucket}
-        cubin.write_bytes(build_matmul_int4(config, SM90, sizes=sizes).asm["cubin"])
-        nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-        sass = subprocess.run(
-            [str(nvdisasm), "-c", str(cubin)], capture_output=True, text=True, check=True
-        ).stdout
-    loop = main_loop(sass)
+    sizes = {"M": rows, "N": n, "K": k, "M_BUCKET": bucket}
+    loop = main_loop(sass(build_matmul_int4(config, SM90, sizes=sizes)))
     waits = [int(m.group(1), 16) for t in loop if (m := re.search(r"DEPBAR\.LE gsb0, (0x\w+)", t))]
     in_flight = min(waits) if waits else None
     split = meta["SPLIT_K"]

@@ -101,20 +101,9 @@ def test_the_normed_attention_kernel_builds_for_sm90(
     """The block's keys and values are loaded before the wait (rows earlier steps wrote),
     and only a layer that reads an earlier layer's pools reads again after it, past L1:
     the new row that layer wrote in this step."""
-    from engines.pytorch import triton_attention as attention
+    from benchmarks.decode_residency import build_attention_partial_normed
 
-    constants = {"HEADS": 8, "KV_HEADS": 1, "GROUP": 8, "BLOCK_G": 16, "D": head_dim}
-    constants |= {"BLOCK_L": block_l, "SCALED": False, "WRITES_KV": writes_kv, "PDL": True}
-    signature = {name: "*bf16" for name in ("qkv_ptr", "nq_ptr", "nk_ptr", "cos_ptr", "sin_ptr")}
-    signature |= {"pos_ptr": "*i64", "k_ptr": "*bf16", "v_ptr": "*bf16", "hidden_ptr": "*u8"}
-    signature |= {"acc_ptr": "*fp32", "max_ptr": "*fp32", "sum_ptr": "*fp32"}
-    signature |= dict.fromkeys(
-        ("kv_len", "stride_kh", "stride_kl", "stride_vh", "stride_vl"), "i32"
-    ) | {"scale": "fp32", "eps": "fp32"}
-    signature |= dict.fromkeys(constants, "constexpr")
-    fn = attention.attention_partial_normed
-    source = ASTSource(fn=fn, signature=signature, constexprs=constants)
-    ptx = triton.compile(source, target=H200, options=PDL).asm["ptx"]
+    ptx = build_attention_partial_normed(head_dim, block_l, writes_kv).asm["ptx"]
     wait = ptx.find("griddepcontrol.wait")
     before, after = ptx[:wait], ptx[wait:]
     assert wait >= 0 and "ld.global" in before
