@@ -12,7 +12,8 @@ runs, and do what depends on no earlier kernel (their first chunk of weights, th
 attention's keys) before their wait. That overlap needs room on the SMs: a program that
 does not fit beside the kernel before starts only as that kernel's programs leave.
 
-    python -m benchmarks.decode_residency [--table other.json] [--out result.json]
+    python -m benchmarks.decode_residency [--table other.json] [--strided on|off]
+        [--out result.json]
 
 Prints a table; needs Triton (no GPU).
 """
@@ -54,6 +55,7 @@ class Residency:
     shared_bytes: int
     an_sm: int  # programs an SM holds
     barriers_after_wait: int
+    instructions_after_wait: int  # in its SASS, a loop's body once
     beside_previous: int | None = None  # its programs that fit beside the kernel before's
 
 
@@ -64,22 +66,33 @@ def _aligned(signature: dict[str, str]) -> dict[tuple[int, ...], list[list[Any]]
             if kind.startswith("*") or kind == "i32"}  # fmt: skip
 
 
-def _gemv_int4(n: int, k: int, prologue: int, epilogue: int, scale: bool) -> tuple[Any, str, int]:
+def _gemv_int4(
+    n: int, k: int, prologue: int, epilogue: int, scale: bool, strided: bool | None
+) -> tuple[Any, str, int]:
     # The table keys a residual-after product by its plain form (`int4_tuning.prune_gemv`).
     key = int4_tuning.gemv_key(
         n, k, prologue, 0 if epilogue == kernels.RESIDUAL_AFTER else epilogue, GROUP
     )
-    label = int4_tuning.pinned_tables()[GPU]["gemv_int4"][key]
-    config = int4_tuning.config_from_label(label)
+    config = int4_tuning.config_from_label(int4_tuning.pinned_tables()[GPU]["gemv_int4"][key])
+    if strided is not None:
+        config = triton.Config(
+            config.kwargs | {"STRIDED": strided}, config.num_warps, config.num_stages
+        )
+    built = build_gemv_int4(prologue, epilogue, scale, config)
+    return built, int4_tuning.config_label(config), -(-n // config.kwargs["BLOCK_N"])
+
+
+def build_gemv_int4(prologue: int, epilogue: int, scale: bool, config: triton.Config) -> Any:
+    """`triton_int4.gemv_int4` for sm_90 in one of the forms `kernels` launches, at
+    `config`, with dependent launch."""
     names = triton_int4.gemv_int4.fn.arg_names[:14]
     kinds = {"wq_ptr": "*i32", "count_ptr": "*i32", "eps": "fp32", "N": "i32", "K": "i32"}
     signature = {name: kinds.get(name, "*bf16") for name in names}
     constants = {"PROLOGUE": prologue, "SCALE": scale, "EPILOGUE": epilogue, "PDL": True,
                  "GROUP": GROUP, **config.kwargs}  # fmt: skip
-    built = _build(
+    return _build(
         triton_int4.gemv_int4.fn, signature, constants, config.num_warps, config.num_stages
     )
-    return built, label, -(-n // config.kwargs["BLOCK_N"])
 
 
 def build_attention_partial_normed(head_dim: int, block_l: int, writes_kv: bool) -> Any:
@@ -140,10 +153,18 @@ def _registers(built: Any) -> int:
     return int(re.findall(r"Used (\d+) registers", out)[0])
 
 
-def _barriers_after_wait(built: Any) -> int:
-    code = sass(built)
-    after = code[code.find("ACQBULK") :] if "ACQBULK" in code else code
-    return len(re.findall(r"\bBAR\.SYNC", after))
+def barriers_after_wait(built: Any) -> int:
+    """The `BAR.SYNC`s in `built`'s SASS after its `griddepcontrol.wait`."""
+    return len(re.findall(r"\bBAR\.SYNC", _after_wait(sass(built))))
+
+
+def _after_wait(code: str) -> str:
+    # griddepcontrol.wait is ACQBULK in SASS.
+    return code[code.find("ACQBULK") :] if "ACQBULK" in code else code
+
+
+def _instructions(code: str) -> int:
+    return len(re.findall(r"/\*[0-9a-f]{4,}\*/ ", code))
 
 
 def residency(name: str, built: Any, config: str, programs: int) -> Residency:
@@ -155,12 +176,16 @@ def residency(name: str, built: Any, config: str, programs: int) -> Residency:
         SHARED_AN_SM // shared if shared else WARPS_AN_SM,
         WARPS_AN_SM // warps,
     )
+    after = _after_wait(sass(built))
     return Residency(name, config, programs, warps, registers, shared, an_sm,
-                     _barriers_after_wait(built))  # fmt: skip
+                     len(re.findall(r"\bBAR\.SYNC", after)), _instructions(after))  # fmt: skip
 
 
-def layer(head_dim: int, writes_kv: bool, double_mlp: bool) -> list[tuple[str, Any, str, int]]:
-    """The kernels of one E2B layer at batch 1 with int4 weights, in launch order."""
+def layer(
+    head_dim: int, writes_kv: bool, double_mlp: bool, strided: bool | None = None
+) -> list[tuple[str, Any, str, int]]:
+    """The kernels of one E2B layer at batch 1 with int4 weights, in launch order; the
+    products with `STRIDED` set as `strided` says (None: as the table has it)."""
     q_rows = (HEADS + (2 if writes_kv else 0)) * head_dim
     inner = 12288 if double_mlp else 6144
     products = [
@@ -171,7 +196,7 @@ def layer(head_dim: int, writes_kv: bool, double_mlp: bool) -> list[tuple[str, A
         ("per-layer gate", (256, 1536, kernels.RESIDUAL, kernels.GELU_TIMES, False)),
         ("per-layer projection", (1536, 256, kernels.PLAIN, kernels.RESIDUAL_AFTER, True)),
     ]
-    built = [(name, *_gemv_int4(*form)) for name, form in products]
+    built = [(name, *_gemv_int4(*form, strided)) for name, form in products]
     return [built[0], *_attention(head_dim, writes_kv), *built[1:]]
 
 
@@ -214,13 +239,18 @@ def with_room(kernels_in_order: list[Residency]) -> list[Residency]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, help="a pinned table other than the shipped one")
+    parser.add_argument(
+        "--strided", choices=("on", "off"), default=None,
+        help="every product with its inputs read as strided slices (STRIDED), or none",
+    )  # fmt: skip
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.table:
         int4_tuning.use_pinned_tables(args.table)
+    strided = None if args.strided is None else args.strided == "on"
     layers = {
-        "sliding layer that writes KV (12 a step)": layer(256, True, False),
-        "sliding layer that reads KV, double MLP (16 a step)": layer(256, False, True),
+        "sliding layer that writes KV (12 a step)": layer(256, True, False, strided),
+        "sliding layer that reads KV, double MLP (16 a step)": layer(256, False, True, strided),
     }
     result: dict[str, list[dict[str, Any]]] = {}
     for title, built in layers.items():
@@ -228,13 +258,14 @@ def main(argv: list[str] | None = None) -> int:
         result[title] = [asdict(row) for row in rows]
         print(f"\n{title}\n")
         print("| kernel | configuration | programs | warps | registers | shared KB | an SM "
-              "| barriers after the wait "
+              "| barriers after the wait | instructions after it "
               "| its programs that fit beside the kernel before's |")  # fmt: skip
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
-            print(f"| {r.name} | `{r.config}` | {r.programs} | {r.warps} | {r.registers} | "
-                  f"{r.shared_bytes / 1024:.0f} | {r.an_sm} | {r.barriers_after_wait} | "
-                  f"{r.beside_previous} of {r.programs} |")  # fmt: skip
+            cells = (f"`{r.config}`", r.programs, r.warps, r.registers,
+                     f"{r.shared_bytes / 1024:.0f}", r.an_sm, r.barriers_after_wait,
+                     r.instructions_after_wait, f"{r.beside_previous} of {r.programs}")  # fmt: skip
+            print(f"| {r.name} | " + " | ".join(str(cell) for cell in cells) + " |")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))
     return 0

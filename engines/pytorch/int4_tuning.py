@@ -35,9 +35,9 @@ MAX_SPLIT_K = 8
 PINNED_PATH = Path(__file__).with_name("int4_configs.json")
 # The table `use_pinned_tables` chose (the server's --int4-configs); None: PINNED_PATH.
 _chosen_table: Path | None = None
-_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS")
+_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS", "STRIDED")
 # Flags off unless named (the kernels' defaults): a label leaves them out when off.
-OFF_UNLESS_NAMED = ("PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS")
+OFF_UNLESS_NAMED = ("PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS", "STRIDED")
 
 
 def config_label(config: triton.Config) -> str:
@@ -66,7 +66,7 @@ class PinnedTableError(BenchError, ValueError):
 
 # Per kernel: the meta-parameters a pinned configuration must name, and may.
 _KERNELS = {
-    "gemv_int4": ({"BLOCK_N", "BLOCK_K", "GROUP_SCALES"}, {"PREFETCH"}),
+    "gemv_int4": ({"BLOCK_N", "BLOCK_K", "GROUP_SCALES"}, {"PREFETCH", "STRIDED"}),
     "matmul_int4": (
         {"BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"},
         {"PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS"},
@@ -155,7 +155,18 @@ def prune_gemv(configs: list, named_args: dict, **kwargs: object) -> list:
         epilogue = 0
     key = gemv_key(named_args["N"], named_args["K"], prologue, epilogue, group)
     pinned = pinned_config(gpu_name(), "gemv_int4", key)
-    return configs if pinned is None else [pinned]
+    kept = configs if pinned is None else [pinned]
+    if strided_fit(named_args["K"], named_args["wq_ptr"].data_ptr()):
+        return kept
+    return [c for c in kept if not c.kwargs.get("STRIDED")] or [
+        c for c in configs if not c.kwargs.get("STRIDED")
+    ]
+
+
+def strided_fit(k: int, packed_address: int) -> bool:
+    """`gemv_int4`'s `STRIDED` reads a row's words two at a time (64-bit), which needs
+    rows of whole pairs (inputs a multiple of 16) starting on 8-byte boundaries."""
+    return k % 16 == 0 and packed_address % 8 == 0
 
 
 def prune_matmul(configs: list, named_args: dict, **kwargs: object) -> list:
