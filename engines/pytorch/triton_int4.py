@@ -344,26 +344,50 @@ def _int4_pairs(
 
 
 @triton.jit
-def _half_dot(
-    words, words_up, inputs, cols, part, part_up, total, squares, K, PROLOGUE: tl.constexpr,
-    SCALE: tl.constexpr, EPILOGUE: tl.constexpr,
-):  # fmt: skip
-    # Adds sum_i f_i * x[cols + i] for each word (rows, pairs) and up word to `part` and
-    # `part_up`, the inputs to `total` and their squares to `squares`. The eight inputs
-    # nibble i meets are loaded as a strided slice already in the words' layout: split
-    # from a contiguous load instead, each slice moved between threads, a barrier apiece
-    # (`benchmarks/decode_residency`).
+def _slice(inputs, cols, squares, K, PROLOGUE: tl.constexpr, SCALE: tl.constexpr):
+    # The inputs at `cols` (one a pair of words, strided) with their prologue, and the
+    # running squares.
     x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, rstd, branch_rstd, xo_ptr, writes = inputs
-    for i in tl.static_range(8):
-        x, squares = _input(
-            x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols + i, cols + i < K, rstd,
-            branch_rstd, squares, xo_ptr, writes, PROLOGUE, SCALE,
-        )  # fmt: skip
-        part += _nibble_floats(words, i) * x[None, :]
-        if EPILOGUE == 1:
-            part_up += _nibble_floats(words_up, i) * x[None, :]
-        total += x
-    return part, part_up, total, squares
+    return _input(
+        x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, cols < K, rstd, branch_rstd, squares,
+        xo_ptr, writes, PROLOGUE, SCALE,
+    )  # fmt: skip
+
+
+@triton.jit
+def _eight_slices(inputs, cols, squares, K, PROLOGUE: tl.constexpr, SCALE: tl.constexpr):
+    # The eight inputs the nibbles of one word of each pair meet (x[cols + i]), each
+    # loaded as a strided slice already in the words' layout (split from a contiguous
+    # load instead, each slice moved between threads, a barrier apiece:
+    # `benchmarks/decode_residency`), all before any is used, so that their loads go out
+    # together.
+    x0, squares = _slice(inputs, cols, squares, K, PROLOGUE, SCALE)
+    x1, squares = _slice(inputs, cols + 1, squares, K, PROLOGUE, SCALE)
+    x2, squares = _slice(inputs, cols + 2, squares, K, PROLOGUE, SCALE)
+    x3, squares = _slice(inputs, cols + 3, squares, K, PROLOGUE, SCALE)
+    x4, squares = _slice(inputs, cols + 4, squares, K, PROLOGUE, SCALE)
+    x5, squares = _slice(inputs, cols + 5, squares, K, PROLOGUE, SCALE)
+    x6, squares = _slice(inputs, cols + 6, squares, K, PROLOGUE, SCALE)
+    x7, squares = _slice(inputs, cols + 7, squares, K, PROLOGUE, SCALE)
+    return (x0, x1, x2, x3, x4, x5, x6, x7), squares
+
+
+@triton.jit
+def _pair_dot(words, xs):
+    # `_word_dot` of (rows, pairs) words with their eight input slices, and the slices'
+    # sum.
+    x0, x1, x2, x3, x4, x5, x6, x7 = xs
+    total = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7
+    return _word_dot(words, x0, x1, x2, x3, x4, x5, x6, x7), total
+
+
+@triton.jit
+def _scaled(low, high, low_total, high_total, scales, GROUP: tl.constexpr):
+    # Each pair's sum of q x times its scales (rows, pairs).
+    if GROUP % 16 == 0:
+        return (low + high - 1.5 * (low_total + high_total)[None, :]) * scales[0]
+    low = (low - 1.5 * low_total[None, :]) * scales[0]
+    return low + (high - 1.5 * high_total[None, :]) * scales[1]
 
 
 @triton.jit
@@ -373,8 +397,8 @@ def _strided_sums(
     SCALE: tl.constexpr, EPILOGUE: tl.constexpr, PREFETCH: tl.constexpr,
 ):  # fmt: skip
     # `_word_sums` with the weights read two words at a time and each word's inputs read
-    # as strided slices in the words' own layout (`_half_dot`): no input moves between
-    # threads.
+    # as strided slices in the words' own layout (`_eight_slices`): no input moves
+    # between threads.
     packed, scales, packed_up, scales_up = chunk
     PAIRS: tl.constexpr = BLOCK_K // 16
     acc = tl.zeros((BLOCK_N, PAIRS), dtype=tl.float32)
@@ -391,29 +415,18 @@ def _strided_sums(
                 wq_ptr, ws_ptr, rows, row_ok, k0 // 16, N, K, BLOCK_K, GROUP, EPILOGUE
             )
         first = k0 + 16 * tl.arange(0, PAIRS)
-        zeros = tl.zeros((BLOCK_N, PAIRS), dtype=tl.float32)
-        no_total = tl.zeros((PAIRS,), dtype=tl.float32)
-        low, high = packed.to(tl.int32), (packed >> 32).to(tl.int32)
-        low_up, high_up = packed_up.to(tl.int32), (packed_up >> 32).to(tl.int32)
-        part, part_up, total, squares = _half_dot(
-            low, low_up, inputs, first, zeros, zeros, no_total, squares, K, PROLOGUE, SCALE,
-            EPILOGUE,
-        )  # fmt: skip
-        # As in `_word_sums`: q = 16 f - 24 per nibble (16 applied at the end). Where a
-        # pair's words share a group, one multiply a pair (and one move of the sums to
+        low_xs, squares = _eight_slices(inputs, first, squares, K, PROLOGUE, SCALE)
+        low, low_total = _pair_dot(packed.to(tl.int32), low_xs)
+        high_xs, squares = _eight_slices(inputs, first + 8, squares, K, PROLOGUE, SCALE)
+        high, high_total = _pair_dot((packed >> 32).to(tl.int32), high_xs)
+        # As in `_word_sums`: q = 16 f - 24 per nibble (16 applied at the end), and where
+        # a pair's words share a group, one multiply a pair (and one move of the sums to
         # the final reduction's layout a chunk, not two).
-        if GROUP % 16 != 0:
-            acc += (part - 1.5 * total[None, :]) * scales[0]
-            if EPILOGUE == 1:
-                acc_up += (part_up - 1.5 * total[None, :]) * scales_up[0]
-            part, part_up, total = zeros, zeros, no_total
-        part, part_up, total, squares = _half_dot(
-            high, high_up, inputs, first + 8, part, part_up, total, squares, K, PROLOGUE,
-            SCALE, EPILOGUE,
-        )  # fmt: skip
-        acc += (part - 1.5 * total[None, :]) * scales[1]
+        acc += _scaled(low, high, low_total, high_total, scales, GROUP)
         if EPILOGUE == 1:
-            acc_up += (part_up - 1.5 * total[None, :]) * scales_up[1]
+            low_up, _ = _pair_dot(packed_up.to(tl.int32), low_xs)
+            high_up, _ = _pair_dot((packed_up >> 32).to(tl.int32), high_xs)
+            acc_up += _scaled(low_up, high_up, low_total, high_total, scales_up, GROUP)
         if PREFETCH:
             packed, scales, packed_up, scales_up = next_chunk
     return 16.0 * tl.sum(acc, axis=1), 16.0 * tl.sum(acc_up, axis=1), squares
