@@ -33,12 +33,12 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from benchmarks.int4_issue_bound import sass
+from benchmarks.int4_issue_bound import SMS, sass
 from engines.pytorch import attention_kernel, int4_tuning, kernels, triton_attention, triton_int4
 
 SM90 = GPUTarget("cuda", 90, 32)
 GPU = "NVIDIA H200"
-SMS, REGISTERS_AN_SM, SHARED_AN_SM, WARPS_AN_SM = 132, 65536, 228 * 1024, 64
+REGISTERS_AN_SM, SHARED_AN_SM, WARPS_AN_SM = 65536, 228 * 1024, 64
 GROUP, HEADS, BUCKET = 32, 8, 1024
 _BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 

@@ -15,7 +15,8 @@ torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 - 2-64 rows, `matmul_int4`: BLOCK_M 16 up to the rows' bucket (16, 32, 64), BLOCK_N
   32-256, BLOCK_K 64-512, 4/8 warps, values made in float32 and converted; then the
   best tiles with the values made two at a time in 16-bit halves (`PAIRS`), then
-  split-K, the same way.
+  split-K, the same way, then splits that fill whole waves of the SMs (`filling_splits`,
+  also when focused).
 - 64 rows: each shape's best tiles widened to 64 rows, with the rows as the tensor
   cores' long side (`ROWS_FIRST`) and without.
 - 2-64 rows: each shape's best with its scales read two to a 32-bit word
@@ -58,6 +59,7 @@ from triton.runtime._async_compile import AsyncCompileMode
 
 from benchmarks.gemv_h200 import SHAPES, _timed_graph
 from benchmarks.int4_h200 import GROUP, _tinygemm
+from benchmarks.int4_issue_bound import SMS
 from engines.pytorch import (
     dependent_launch,
     int4,
@@ -143,6 +145,20 @@ def matmul_tiles(rows: int) -> list[triton.Config]:
         if bn * bk <= 32768 and bm * bk <= 16384:
             meta = {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "SPLIT_K": 1}
             out.append(_cfg(meta, w, 3))
+    return out
+
+
+def filling_splits(rows: int, n: int, config: triton.Config) -> list[int]:
+    """The splits (at most 16) that fill the most of 1 to 4 whole waves of an H200's SMs
+    with `config`'s tiles, other than the splits phase's 2, 4 and 8: 24 tiles (down at 64
+    rows, 64 x 64) make 192 programs split 8, one wave and a half on 132 SMs."""
+    meta = config.kwargs
+    tiles = -(-rows // meta["BLOCK_M"]) * -(-n // meta["BLOCK_N"])
+    out = []
+    for waves in (1, 2, 3, 4):
+        split = SMS * waves // tiles
+        if 2 <= split <= 16 and split not in (2, 4, 8, *out):
+            out.append(split)
     return out
 
 
@@ -429,6 +445,16 @@ def sweep(
         splits = (2, 4, 8)
         plan = [(s, _with(c, SPLIT_K=k)) for s in shapes for c in best(s, top) for k in splits]
         run(plan, "splits")
+    if shapes[0].rows > 1:
+        # Splits that fill whole waves of the SMs (`filling_splits`), on each shape's best.
+        top = 1 if few else 3
+        plan = [
+            (s, _with(c, SPLIT_K=k))
+            for s in shapes
+            for c in best(s, top)
+            for k in filling_splits(s.rows, s.n_out, c)
+        ]
+        run(plan, "filling splits")
     if shapes[0].rows >= 64 and not few:
         # 64-row tiles with the rows on wgmma's M (`ROWS_FIRST`): each shape's best, and
         # its best tiles widened to all 64 rows (inline PTX: not in a dry run).

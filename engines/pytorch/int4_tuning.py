@@ -23,8 +23,6 @@ from engines.pytorch.kernels import RESIDUAL_AFTER
 # Splits are worth offering while the output tiles alone would leave SMs idle (an H200
 # has 132; two programs an SM hide more latency).
 SPLIT_BELOW_PROGRAMS = 264
-# The partial-sum workspace is sized for the largest split of any configuration.
-MAX_SPLIT_K = 8
 
 
 # Per GPU model, the configuration `benchmarks/int4_gemv_sweep.py` measured best for each
@@ -120,6 +118,7 @@ def use_pinned_tables(path: Path | None) -> None:
     _chosen_table = path
     pinned_tables.cache_clear()
     pinned_config.cache_clear()
+    _largest_splits.clear()
     pinned_tables()
 
 
@@ -176,6 +175,30 @@ def prune_matmul(configs: list, named_args: dict, **kwargs: object) -> list:
     if pinned is not None:
         return [pinned]
     return prune_splits(prune_scale_words(configs, named_args["K"], group), named_args)
+
+
+def largest_split(configs: list, bucket: int, n: int, k: int, group: int) -> int:
+    """The largest SPLIT_K `matmul_int4` may run at this shape out of `configs` (the
+    autotuner's list): its pinned configuration's, else the largest `prune_matmul` offers
+    any rows of the bucket (one row offers the most: the fewest tiles); a list of one is
+    run unpruned, as the autotuner runs it. The partial sums' workspace is sized by it,
+    so a shape whose tiles fill the SMs needs none: the LM head's, which room for eight
+    splits made 8 x 64 x 262,144 floats at 64 rows."""
+    key = (id(configs), bucket, n, k, group)
+    if key not in _largest_splits:
+        if len(configs) == 1:
+            split = configs[0].kwargs["SPLIT_K"]
+        else:
+            named = {"M": 1, "M_BUCKET": bucket, "N": n, "K": k}
+            split = max(c.kwargs["SPLIT_K"] for c in prune_matmul(configs, named, GROUP=group))
+        _largest_splits[key] = configs, split
+    return _largest_splits[key][1]
+
+
+# `largest_split`'s answers, worked out once a shape (not at each launch) and forgotten
+# when the pinned table changes; each holds its list, so that no other list takes that
+# list's id while the answer stands.
+_largest_splits: dict[tuple[int, int, int, int, int], tuple[list, int]] = {}
 
 
 def scale_words_fit(k: int, group: int) -> bool:

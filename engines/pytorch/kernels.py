@@ -107,10 +107,16 @@ def _residual_counter(device: torch.device) -> torch.Tensor:
     return torch.zeros(1, dtype=torch.int32, device=device)
 
 
-def _split_partials(rows: int, n: int, device: torch.device) -> torch.Tensor:
+def _split_partials(
+    configs: list, rows: int, bucket: int, n: int, k: int, group: int, device: torch.device
+) -> torch.Tensor:
+    """The float32 partial sums a split-K launch of `matmul_int4` writes: room for the
+    largest split its configurations may run at this shape (`int4_tuning.largest_split`;
+    one float where none splits, as the LM head's tiles never do)."""
     from engines.pytorch import int4_tuning
 
-    return torch.empty(int4_tuning.MAX_SPLIT_K * rows * n, dtype=torch.float32, device=device)
+    split = int4_tuning.largest_split(configs, bucket, n, k, group)
+    return torch.empty(split * rows * n if split > 1 else 1, dtype=torch.float32, device=device)
 
 
 def _shape(weight: Weight) -> tuple[int, int]:
@@ -210,20 +216,20 @@ def _launch_matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tens
     n = packed.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
     bucket = matmul_int4_bucket(m)
-    _kernel("matmul_int4")[
-        lambda meta: (-(-m // meta["BLOCK_M"]), -(-n // meta["BLOCK_N"]), meta["SPLIT_K"])
-    ](
+    kernel = _kernel("matmul_int4")
+    group = k // scale.shape[1]
+    kernel[lambda meta: (-(-m // meta["BLOCK_M"]), -(-n // meta["BLOCK_N"]), meta["SPLIT_K"])](
         x.contiguous(),
         packed,
         scale,
         y,
-        _split_partials(m, n, x.device),
+        _split_partials(kernel.configs, m, bucket, n, k, group, x.device),
         _split_counters(x.device),
         m,
         n,
         k,
         bucket,
-        GROUP=k // scale.shape[1],
+        GROUP=group,
     )
     return y
 

@@ -249,3 +249,40 @@ def test_the_sweeps_dry_run_pins_every_shape_at_one_and_eight_rows(tmp_path: Pat
     assert proc.returncode == 0, proc.stderr[-2000:]
     (entries,) = json.loads(table.read_text()).values()
     assert len(entries["gemv_int4"]) == 3 and len(entries["matmul_int4"]) == 3
+
+
+def test_the_split_workspace_has_room_for_the_largest_split_a_shape_may_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kernels._split_partials` is sized by `largest_split`: the pinned configuration's
+    split, else the largest the list offers; none for a shape whose tiles fill the SMs."""
+    configs = int4_tuning.MATMUL_INT4_CONFIGS
+    table = json.loads(int4_tuning.PINNED_PATH.read_text())
+    gpu = next(iter(table))
+    monkeypatch.setattr(int4_tuning, "gpu_name", lambda: gpu)
+    for key, label in table[gpu]["matmul_int4"].items():
+        bucket, n, k, group = (int(p) for p in key.split(","))
+        split = int4_tuning.config_from_label(label).kwargs["SPLIT_K"]
+        assert int4_tuning.largest_split(configs, bucket, n, k, group) == split, key
+    monkeypatch.setattr(int4_tuning, "gpu_name", lambda: "a GPU with no table")
+    int4_tuning.use_pinned_tables(None)  # forgets the answers, as a new table does
+    most = max(c.kwargs["SPLIT_K"] for c in configs)
+    assert int4_tuning.largest_split(configs, 16, 256, 1536, 32) == most
+    assert int4_tuning.largest_split(configs, 64, 262144, 1536, 32) == 1
+    (one,) = [c for c in configs if c.kwargs["SPLIT_K"] == 4][:1]
+    assert int4_tuning.largest_split([one], 64, 262144, 1536, 32) == 4
+
+
+def test_the_sweep_offers_splits_that_fill_whole_waves_of_the_sms() -> None:
+    from benchmarks.int4_gemv_sweep import filling_splits
+
+    def tile(bm: int, bn: int) -> triton.Config:
+        return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 128, "SPLIT_K": 1})
+
+    # down at 64 rows, 64 x 64 tiles: 24 tiles, so 5 (120 programs), 11 (264), 16 (384);
+    # 22 would pass 16.
+    assert filling_splits(64, 1536, tile(64, 64)) == [5, 11, 16]
+    # q/k/v at 8 rows, 16 x 32 tiles: 80, so 3 and 6 (4 is the splits phase's).
+    assert filling_splits(8, 2560, tile(16, 32)) == [3, 6]
+    # Tiles that fill the SMs alone: no split.
+    assert filling_splits(64, 262144, tile(64, 128)) == []

@@ -401,8 +401,11 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
         )
         for tile, stages in (("256,split_k=1", 3), ("128,split_k=2,prefetch=1", 1))
     ]
+    # and a split that does not divide the chunks (8 of 64 inputs: 3, 3 and 2), as the
+    # sweep's wave-filling splits may be
+    uneven = int4_tuning.config_from_label("block_m=16,block_n=32,block_k=64,split_k=3,w=4,s=1")
     configs = [(c, (32, 128)[i % 2]) for i, c in enumerate(int4_tuning.MATMUL_INT4_CONFIGS)]
-    configs += [(rows_first, 32), (scale_words[0], 128), (scale_words[1], 32)]
+    configs += [(rows_first, 32), (scale_words[0], 128), (scale_words[1], 32), (uneven, 32)]
     for config, group in configs:
         w16 = (weights[group][0], weights[group][1].to(torch.float16))
         # Values made in pairs are inline PTX, which the interpreter cannot run: the
