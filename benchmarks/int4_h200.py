@@ -13,6 +13,7 @@ fits: an int4 weight up to about 40 MB): where a shape's time stays the same, it
 products are bound by something other than DRAM (launch, latency, instructions).
 
     python -m benchmarks.int4_h200 [--out result.json] [--batches 1,8,64] [--l2-resident]
+        [--int4-configs table.json]
     python -m benchmarks.int4_h200 --dequantize   # the prefill's dense weights, two ways
 
 Prints a table; needs a CUDA device with Triton.
@@ -25,13 +26,14 @@ import json
 import math
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from benchmarks.gemv_h200 import SHAPES, _timed_graph
-from engines.pytorch import int4, kernels
+from engines.pytorch import int4, int4_tuning, kernels
 from engines.pytorch.stepbench import copy_bandwidth
 
 GROUP = 32
@@ -193,7 +195,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         action="store_true",
         help="launch each shape's products over one weight copy (L2 serves it where it fits)",
     )
+    p.add_argument(
+        "--int4-configs", type=Path, help="a pinned table for the int4 kernels (the engine's flag)"
+    )
     args = p.parse_args(argv)
+    if args.int4_configs:
+        try:
+            int4_tuning.use_pinned_tables(args.int4_configs)
+        except int4_tuning.PinnedTableError as exc:
+            p.error(str(exc))
     if args.dequantize:
         times = dequantize_times()
         print(f"one step's weights made dense (bf16, {GROUP}-groups): " + ", ".join(
