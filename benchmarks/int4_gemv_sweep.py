@@ -71,7 +71,8 @@ from engines.pytorch import (
 
 STREAM_BYTES = 64 << 20
 MAX_COPIES = 160
-MAX_SPLIT = 8
+# The largest split any phase tries (`filling_splits`'): the partial sums' room.
+MAX_SPLIT = 16
 # The decode program's form of each shape at one row (prologue, epilogue): the merged
 # gate/up projections end in their GELU pair, and they, q/k/v and the LM head start with
 # the RMSNorm scaled after the product (`programs`, epilogues on); the per-layer gate
@@ -149,7 +150,7 @@ def matmul_tiles(rows: int) -> list[triton.Config]:
 
 
 def filling_splits(rows: int, n: int, config: triton.Config) -> list[int]:
-    """The splits (at most 16) that fill the most of 1 to 4 whole waves of an H200's SMs
+    """The splits (up to MAX_SPLIT) that fill the most of 1 to 4 whole waves of an H200's SMs
     with `config`'s tiles, other than the splits phase's 2, 4 and 8: 24 tiles (down at 64
     rows, 64 x 64) make 192 programs split 8, one wave and a half on 132 SMs."""
     meta = config.kwargs
@@ -157,7 +158,7 @@ def filling_splits(rows: int, n: int, config: triton.Config) -> list[int]:
     out = []
     for waves in (1, 2, 3, 4):
         split = SMS * waves // tiles
-        if 2 <= split <= 16 and split not in (2, 4, 8, *out):
+        if 2 <= split <= MAX_SPLIT and split not in (2, 4, 8, *out):
             out.append(split)
     return out
 
@@ -279,7 +280,7 @@ class Shape:
         meta = config.kwargs
         split = meta.get("SPLIT_K", 1)
         programs = -(-self.n_out // meta["BLOCK_N"]) * -(-self.rows // meta.get("BLOCK_M", 1))
-        if split > 1 and programs >= int4_tuning.SPLIT_BELOW_PROGRAMS:
+        if split > MAX_SPLIT or (split > 1 and programs >= int4_tuning.SPLIT_BELOW_PROGRAMS):
             return False
         if meta.get("SCALE_WORDS") and not int4_tuning.scale_words_fit(self.k, GROUP):
             return False
