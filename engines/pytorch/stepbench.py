@@ -374,6 +374,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         ],
     }
     if loaded.device.type == "cuda":
+        # The most the caching allocator held while the steps ran: the weights, the KV
+        # pools and the decode graphs' pool (their workspaces included).
+        result["cuda_memory_reserved_peak_bytes"] = torch.cuda.max_memory_reserved(loaded.device)
         bw = copy_bandwidth(loaded.device)
         result["copy_bandwidth_gb_s"] = bw / 1e9
         result["roofline_step_ms"] = 1e3 * result["weight_bytes_streamed"] / bw
