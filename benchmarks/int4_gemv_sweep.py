@@ -5,9 +5,9 @@ directly, checked against dequantize-then-matmul and timed, beside bf16 cuBLAS a
 torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 
 - one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then the best
-  tiles at 1 and 2 warps (up to 64 words a thread); then chunks up to
+  tiles with the inputs read as strided slices (`STRIDED`, also when focused); then the
+  best at 1 and 2 warps (up to 64 words a thread); then chunks up to
   the whole row with up to 64 words a thread (`long_chunks`, also when focused); then
-  the best with the inputs read as strided slices (`STRIDED`, also when focused); then
   one scale per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
   the best configurations (split-K 2-16 was tried too, at commit aa41ba2, and never won
   at one row: the kernel no longer has it). Each shape runs in its decode program's form
@@ -412,6 +412,12 @@ def sweep(
         plan += [(shape, c) for c in [*listed, *tiles]]
     run(plan, "tiles")
     if shapes[0].rows == 1:
+        # The best with each nibble's inputs read as a strided slice in the words' layout
+        # (`STRIDED`: none moves between threads after the kernel's wait), early, so that
+        # the phases after retune from them too.
+        top = 1 if few else 6
+        run([(s, _with(c, STRIDED=True)) for s in shapes for c in best(s, top)], "strided")
+    if shapes[0].rows == 1:
         # The best tiles at one and two warps: a program's reductions and the moves of
         # its input between threads then stay within fewer warps (fewer barriers on the
         # serial path after the kernel's wait), at up to 64 words a thread.
@@ -426,11 +432,6 @@ def sweep(
         run(plan, "fewer warps")
     if shapes[0].rows == 1 and not few:
         run([(s, c) for s in shapes for c in long_chunks(s)], "long chunks")
-    if shapes[0].rows == 1:
-        # The best with each nibble's inputs read as a strided slice in the words' layout
-        # (`STRIDED`): none moves between threads after the kernel's wait.
-        top = 1 if few else 6
-        run([(s, _with(c, STRIDED=True)) for s in shapes for c in best(s, top)], "strided")
     # A focused sweep skips the group scales, pairs and splits phases.
     if shapes[0].rows == 1 and not focused:
         top = 1 if few else 6
