@@ -155,7 +155,11 @@ def _registers(built: Any) -> int:
 
 def barriers_after_wait(built: Any) -> int:
     """The `BAR.SYNC`s in `built`'s SASS after its `griddepcontrol.wait`."""
-    return len(re.findall(r"\bBAR\.SYNC", _after_wait(sass(built))))
+    return _barriers(_after_wait(sass(built)))
+
+
+def _barriers(code: str) -> int:
+    return len(re.findall(r"\bBAR\.SYNC", code))
 
 
 def _after_wait(code: str) -> str:
@@ -178,7 +182,7 @@ def residency(name: str, built: Any, config: str, programs: int) -> Residency:
     )
     after = _after_wait(sass(built))
     return Residency(name, config, programs, warps, registers, shared, an_sm,
-                     len(re.findall(r"\bBAR\.SYNC", after)), _instructions(after))  # fmt: skip
+                     _barriers(after), _instructions(after))  # fmt: skip
 
 
 def layer(
