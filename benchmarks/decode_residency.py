@@ -12,8 +12,7 @@ runs, and do what depends on no earlier kernel (their first chunk of weights, th
 attention's keys) before their wait. That overlap needs room on the SMs: a program that
 does not fit beside the kernel before starts only as that kernel's programs leave.
 
-    python -m benchmarks.decode_residency [--table other.json] [--strided on|off]
-        [--out result.json]
+    python -m benchmarks.decode_residency [--table other.json] [--out result.json]
 
 Prints a table; needs Triton (no GPU).
 """
@@ -66,18 +65,12 @@ def _aligned(signature: dict[str, str]) -> dict[tuple[int, ...], list[list[Any]]
             if kind.startswith("*") or kind == "i32"}  # fmt: skip
 
 
-def _gemv_int4(
-    n: int, k: int, prologue: int, epilogue: int, scale: bool, strided: bool | None
-) -> tuple[Any, str, int]:
+def _gemv_int4(n: int, k: int, prologue: int, epilogue: int, scale: bool) -> tuple[Any, str, int]:
     # The table keys a residual-after product by its plain form (`int4_tuning.prune_gemv`).
     key = int4_tuning.gemv_key(
         n, k, prologue, 0 if epilogue == kernels.RESIDUAL_AFTER else epilogue, GROUP
     )
     config = int4_tuning.config_from_label(int4_tuning.pinned_tables()[GPU]["gemv_int4"][key])
-    if strided is not None:
-        config = triton.Config(
-            config.kwargs | {"STRIDED": strided}, config.num_warps, config.num_stages
-        )
     built = build_gemv_int4(prologue, epilogue, scale, config)
     return built, int4_tuning.config_label(config), -(-n // config.kwargs["BLOCK_N"])
 
@@ -185,11 +178,8 @@ def residency(name: str, built: Any, config: str, programs: int) -> Residency:
                      _barriers(after), _instructions(after))  # fmt: skip
 
 
-def layer(
-    head_dim: int, writes_kv: bool, double_mlp: bool, strided: bool | None = None
-) -> list[tuple[str, Any, str, int]]:
-    """The kernels of one E2B layer at batch 1 with int4 weights, in launch order; the
-    products with `STRIDED` set as `strided` says (None: as the table has it)."""
+def layer(head_dim: int, writes_kv: bool, double_mlp: bool) -> list[tuple[str, Any, str, int]]:
+    """The kernels of one E2B layer at batch 1 with int4 weights, in launch order."""
     q_rows = (HEADS + (2 if writes_kv else 0)) * head_dim
     inner = 12288 if double_mlp else 6144
     products = [
@@ -200,7 +190,7 @@ def layer(
         ("per-layer gate", (256, 1536, kernels.RESIDUAL, kernels.GELU_TIMES, False)),
         ("per-layer projection", (1536, 256, kernels.PLAIN, kernels.RESIDUAL_AFTER, True)),
     ]
-    built = [(name, *_gemv_int4(*form, strided)) for name, form in products]
+    built = [(name, *_gemv_int4(*form)) for name, form in products]
     return [built[0], *_attention(head_dim, writes_kv), *built[1:]]
 
 
@@ -243,18 +233,13 @@ def with_room(kernels_in_order: list[Residency]) -> list[Residency]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--table", type=Path, help="a pinned table other than the shipped one")
-    parser.add_argument(
-        "--strided", choices=("on", "off"), default=None,
-        help="every product with its inputs read as strided slices (STRIDED), or none",
-    )  # fmt: skip
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     if args.table:
         int4_tuning.use_pinned_tables(args.table)
-    strided = None if args.strided is None else args.strided == "on"
     layers = {
-        "sliding layer that writes KV (12 a step)": layer(256, True, False, strided),
-        "sliding layer that reads KV, double MLP (16 a step)": layer(256, False, True, strided),
+        "sliding layer that writes KV (12 a step)": layer(256, True, False),
+        "sliding layer that reads KV, double MLP (16 a step)": layer(256, False, True),
     }
     result: dict[str, list[dict[str, Any]]] = {}
     for title, built in layers.items():

@@ -5,8 +5,7 @@ directly, checked against dequantize-then-matmul and timed, beside bf16 cuBLAS a
 torch's tinygemm (`_weight_int4pack_mm`) on the same shape.
 
 - one row, `gemv_int4`: BLOCK_N 1-32, BLOCK_K 256-2048, 2/4/8 warps; then the best
-  tiles with the inputs read as strided slices (`STRIDED`, also when focused); then the
-  best at 1 and 2 warps (up to 64 words a thread); then chunks up to
+  tiles at 1 and 2 warps (up to 64 words a thread); then chunks up to
   the whole row with up to 64 words a thread (`long_chunks`, also when focused); then
   one scale per group rather than per word (`GROUP_SCALES`) on the best tiles, then 1-4 stages on
   the best configurations (split-K 2-16 was tried too, at commit aa41ba2, and never won
@@ -284,8 +283,6 @@ class Shape:
             return False
         if meta.get("SCALE_WORDS") and not int4_tuning.scale_words_fit(self.k, GROUP):
             return False
-        if meta.get("STRIDED") and self.k % 16:
-            return False
         if self.rows == 1:  # one chunk may cover the whole row, masked past K
             return meta["BLOCK_K"] < 2 * self.k
         return meta["BLOCK_K"] <= self.k and self.k >= split * meta["BLOCK_K"]
@@ -411,12 +408,6 @@ def sweep(
             listed = [_with(c, PAIRS=False) for c in listed]
         plan += [(shape, c) for c in [*listed, *tiles]]
     run(plan, "tiles")
-    if shapes[0].rows == 1:
-        # The best with each nibble's inputs read as a strided slice in the words' layout
-        # (`STRIDED`: none moves between threads after the kernel's wait), early, so that
-        # the phases after retune from them too.
-        top = 1 if few else 6
-        run([(s, _with(c, STRIDED=True)) for s in shapes for c in best(s, top)], "strided")
     if shapes[0].rows == 1:
         # The best tiles at one and two warps: a program's reductions and the moves of
         # its input between threads then stay within fewer warps (fewer barriers on the

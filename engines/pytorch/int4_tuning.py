@@ -33,9 +33,9 @@ SPLIT_BELOW_PROGRAMS = 264
 PINNED_PATH = Path(__file__).with_name("int4_configs.json")
 # The table `use_pinned_tables` chose (the server's --int4-configs); None: PINNED_PATH.
 _chosen_table: Path | None = None
-_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS", "STRIDED")
+_FLAGS = ("GROUP_SCALES", "PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS")
 # Flags off unless named (the kernels' defaults): a label leaves them out when off.
-OFF_UNLESS_NAMED = ("PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS", "STRIDED")
+OFF_UNLESS_NAMED = ("PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS")
 
 
 def config_label(config: triton.Config) -> str:
@@ -64,7 +64,7 @@ class PinnedTableError(BenchError, ValueError):
 
 # Per kernel: the meta-parameters a pinned configuration must name, and may.
 _KERNELS = {
-    "gemv_int4": ({"BLOCK_N", "BLOCK_K", "GROUP_SCALES"}, {"PREFETCH", "STRIDED"}),
+    "gemv_int4": ({"BLOCK_N", "BLOCK_K", "GROUP_SCALES"}, {"PREFETCH"}),
     "matmul_int4": (
         {"BLOCK_M", "BLOCK_N", "BLOCK_K", "SPLIT_K"},
         {"PAIRS", "PREFETCH", "ROWS_FIRST", "SCALE_WORDS"},
@@ -154,18 +154,7 @@ def prune_gemv(configs: list, named_args: dict, **kwargs: object) -> list:
         epilogue = 0
     key = gemv_key(named_args["N"], named_args["K"], prologue, epilogue, group)
     pinned = pinned_config(gpu_name(), "gemv_int4", key)
-    kept = configs if pinned is None else [pinned]
-    if strided_fit(named_args["K"], named_args["wq_ptr"].data_ptr()):
-        return kept
-    return [c for c in kept if not c.kwargs.get("STRIDED")] or [
-        c for c in configs if not c.kwargs.get("STRIDED")
-    ]
-
-
-def strided_fit(k: int, packed_address: int) -> bool:
-    """`gemv_int4`'s `STRIDED` reads a row's words two at a time (64-bit), which needs
-    rows of whole pairs (inputs a multiple of 16) starting on 8-byte boundaries."""
-    return k % 16 == 0 and packed_address % 8 == 0
+    return configs if pinned is None else [pinned]
 
 
 def prune_matmul(configs: list, named_args: dict, **kwargs: object) -> list:

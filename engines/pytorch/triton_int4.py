@@ -11,15 +11,8 @@ words, coalesced along each row. Two choices make the unpacking cheap:
   read as the float 1 + u/16 (`_nibble_floats`); q = u - 8 = 16 * f - 24, folded into
   the scale per word.
 - The input chunk is loaded (and its prologue computed) once, contiguously, then split
-  in registers into the eight strided slices x[8j + i] that meet nibble i of word j.
-  Each split slice lands on other threads than its words, and Triton moves it through
-  shared memory, a barrier apiece, on the serial path after the kernel's wait. So
-  `gemv_int4` may instead (`STRIDED`) read the weights two words at a time, as 64-bit
-  pairs (a thread then holds one element a row of each repeat of the tile, as a 1-D
-  strided load lays its elements out; as int32 words it held two), and load each of a
-  pair's sixteen input slices x[16p + i] directly, already in the words' layout: the
-  same prologue work, and no slice moves (the barriers each way:
-  `benchmarks/records/2026-12-05-cpu-strided-inputs.md`). `matmul_int4` instead
+  in registers into the eight strided slices x[8j + i] that meet nibble i of word j,
+  instead of eight strided passes that each redo the prologue. `matmul_int4` instead
   interleaves the eight dequantized nibble tiles back into input order (in registers)
   for `tl.dot`.
 `matmul_int4` and `dequantize_int4` make 16-bit values, and may make them two at a time
@@ -195,12 +188,11 @@ def gemv_int4(
     BLOCK_K: tl.constexpr,
     GROUP_SCALES: tl.constexpr,
     PREFETCH: tl.constexpr = False,
-    STRIDED: tl.constexpr = False,
 ):
     gemv_int4_tile(
         tl.program_id(0), tl.num_programs(0), x_ptr, b_ptr, nw_ptr, rw_ptr, s_ptr, xo_ptr,
         m_ptr, count_ptr, wq_ptr, ws_ptr, y_ptr, N, K, eps, count_ptr, 0, PROLOGUE, SCALE,
-        EPILOGUE, PDL, GROUP, BLOCK_N, BLOCK_K, GROUP_SCALES, PREFETCH, False, STRIDED,
+        EPILOGUE, PDL, GROUP, BLOCK_N, BLOCK_K, GROUP_SCALES, PREFETCH, False,
     )  # fmt: skip
 
 
@@ -210,26 +202,23 @@ def gemv_int4_tile(
     ws_ptr, y_ptr, N, K, eps, wait_ptr, wait_for, PROLOGUE: tl.constexpr,
     SCALE: tl.constexpr, EPILOGUE: tl.constexpr, PDL: tl.constexpr, GROUP: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SCALES: tl.constexpr,
-    PREFETCH: tl.constexpr, WAITS: tl.constexpr, STRIDED: tl.constexpr = False,
+    PREFETCH: tl.constexpr, WAITS: tl.constexpr,
 ):  # fmt: skip
     # Program `pid` of `programs` of `gemv_int4`; with WAITS, it also waits, after its
     # first chunk of weights, until `wait_ptr` counts `wait_for`
     # (`benchmarks/stage_chain_h200.py`: another product of the same launch made its
     # input). True for the program that took the residual step of epilogue 3.
     # N counts outputs; with GELU_PAIR the weight has 2N rows, gate rows then up rows.
+    WORDS: tl.constexpr = BLOCK_K // 8
     # GROUP_SCALES: one scale load and multiply per group of words (group <= chunk)
-    # instead of one per word; SW words share a scale (not read by STRIDED, which has a
-    # scale a pair of words where they share a group).
+    # instead of one per word; SW words share a scale.
     SW: tl.constexpr = GROUP // 8 if GROUP_SCALES and GROUP <= BLOCK_K else 1
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     # The first chunk of weights depends on no earlier kernel (see `triton_kernels.gemv`).
-    if STRIDED:
-        chunk = _int4_pairs(wq_ptr, ws_ptr, rows, row_ok, 0, N, K, BLOCK_K, GROUP, EPILOGUE)
-    else:
-        chunk = _int4_weights(
-            wq_ptr, ws_ptr, rows, row_ok, 0, N, K, BLOCK_K, GROUP, EPILOGUE, SW
-        )
+    packed, scale, packed_up, scale_up = _int4_weights(
+        wq_ptr, ws_ptr, rows, row_ok, 0, N, K, BLOCK_K, GROUP, EPILOGUE, SW
+    )
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
@@ -238,40 +227,6 @@ def gemv_int4_tile(
     rstd, branch_rstd, scalar = _prologue(
         x_ptr, b_ptr, rw_ptr, s_ptr, xo_ptr, K, eps, pid == 0, PROLOGUE, SCALE, BLOCK_K
     )
-    inputs = (x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, rstd, branch_rstd, xo_ptr, pid == 0)
-    if STRIDED:
-        y, up, squares = _strided_sums(
-            chunk, inputs, wq_ptr, ws_ptr, rows, row_ok, N, K, GROUP, BLOCK_N, BLOCK_K,
-            PROLOGUE, SCALE, EPILOGUE, PREFETCH,
-        )  # fmt: skip
-    else:
-        y, up, squares = _word_sums(
-            chunk, inputs, wq_ptr, ws_ptr, rows, row_ok, N, K, GROUP, BLOCK_N, BLOCK_K, SW,
-            PROLOGUE, SCALE, EPILOGUE, PREFETCH,
-        )  # fmt: skip
-    if PROLOGUE == 5:
-        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
-    _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
-    last = pid < 0
-    if EPILOGUE == 3:
-        last = _residual_after(
-            y_ptr, b_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, programs, SCALE
-        )
-    return last
-
-
-@triton.jit
-def _word_sums(
-    chunk, inputs, wq_ptr, ws_ptr, rows, row_ok, N, K, GROUP: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SW: tl.constexpr, PROLOGUE: tl.constexpr,
-    SCALE: tl.constexpr, EPILOGUE: tl.constexpr, PREFETCH: tl.constexpr,
-):  # fmt: skip
-    # The program's output rows (and up rows) over the whole input, from its first chunk
-    # on, a word at a time: each chunk of inputs is loaded contiguously and split in
-    # registers into the eight slices its nibbles meet. Also the input's squares.
-    x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, rstd, branch_rstd, xo_ptr, writes = inputs
-    packed, scale, packed_up, scale_up = chunk
-    WORDS: tl.constexpr = BLOCK_K // 8
     acc = tl.zeros((BLOCK_N, WORDS // SW), dtype=tl.float32)
     acc_up = tl.zeros((BLOCK_N, WORDS // SW), dtype=tl.float32)
     squares = tl.zeros((BLOCK_K,), dtype=tl.float32)
@@ -289,7 +244,7 @@ def _word_sums(
         cols = k0 + tl.arange(0, BLOCK_K)
         x, squares = _input(
             x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, cols < K, rstd, branch_rstd,
-            squares, xo_ptr, writes, PROLOGUE, SCALE,
+            squares, xo_ptr, pid == 0, PROLOGUE, SCALE,
         )  # fmt: skip
         # Per word: sum_i q_i x_i = 16 * sum_i f_i x_i - 24 * sum_i x_i (16 applied at the end).
         offset = 1.5 * tl.sum(tl.reshape(x, (WORDS, 8)), axis=1)
@@ -301,135 +256,17 @@ def _word_sums(
             acc_up += _per_scale(part_up - offset[None, :], BLOCK_N, WORDS, SW) * scale_up
         if PREFETCH:
             packed, scale, packed_up, scale_up = next_chunk
-    return 16.0 * tl.sum(acc, axis=1), 16.0 * tl.sum(acc_up, axis=1), squares
-
-
-@triton.jit
-def _pair_scales(s_ptr, rows, pairs, mask, K, GROUP: tl.constexpr):
-    # The scales of the low and the high word of each pair: one scale where groups are
-    # whole pairs (a word never straddles two groups).
-    first = rows[:, None] * (K // GROUP)
-    low = tl.load(s_ptr + first + (pairs * 16 // GROUP)[None, :], mask=mask, other=0.0)
-    low = low.to(tl.float32)
-    high = low
-    if GROUP % 16 != 0:
-        high = tl.load(s_ptr + first + ((pairs * 16 + 8) // GROUP)[None, :], mask=mask, other=0.0)
-        high = high.to(tl.float32)
-    return low, high
-
-
-@triton.jit
-def _int4_pairs(
-    wq_ptr, s_ptr, rows, row_ok, p0, N, K, BLOCK_K: tl.constexpr, GROUP: tl.constexpr,
-    EPILOGUE: tl.constexpr,
-):  # fmt: skip
-    # One chunk of the program's int4 rows read two words at a time, as (rows, pairs)
-    # int64 (word 2p in the low half), with the scales of each pair's two words (and the
-    # matching up rows of a gate/up pair).
-    pairs = p0 + tl.arange(0, BLOCK_K // 16)
-    mask = row_ok[:, None] & (pairs < K // 16)[None, :]
-    words = wq_ptr.to(tl.pointer_type(tl.int64), bitcast=True)
-    offsets = rows[:, None] * (K // 16) + pairs[None, :]
-    packed = tl.load(words + offsets, mask=mask, other=0, eviction_policy="evict_first")
-    scale_low, scale_high = _pair_scales(s_ptr, rows, pairs, mask, K, GROUP)
-    packed_up = packed
-    scales_up = (scale_low, scale_high)
-    if EPILOGUE == 1:
-        up = N * (K // 16)
-        packed_up = tl.load(
-            words + up + offsets, mask=mask, other=0, eviction_policy="evict_first"
+    y = 16.0 * tl.sum(acc, axis=1)
+    up = 16.0 * tl.sum(acc_up, axis=1)
+    if PROLOGUE == 5:
+        rstd = 1.0 / tl.sqrt(tl.sum(squares, axis=0) / K + eps)
+    _finish(y, up, rstd, rows, row_ok, y_ptr, m_ptr, PROLOGUE, EPILOGUE)
+    last = pid < 0
+    if EPILOGUE == 3:
+        last = _residual_after(
+            y_ptr, b_ptr, rw_ptr, scalar, xo_ptr, count_ptr, N, eps, programs, SCALE
         )
-        scales_up = _pair_scales(s_ptr, rows + N, pairs, mask, K, GROUP)
-    return packed, (scale_low, scale_high), packed_up, scales_up
-
-
-@triton.jit
-def _slice(inputs, cols, squares, K, PROLOGUE: tl.constexpr, SCALE: tl.constexpr):
-    # The inputs at `cols` (one a pair of words, strided) with their prologue, and the
-    # running squares.
-    x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, rstd, branch_rstd, xo_ptr, writes = inputs
-    return _input(
-        x_ptr, b_ptr, nw_ptr, rw_ptr, scalar, cols, cols < K, rstd, branch_rstd, squares,
-        xo_ptr, writes, PROLOGUE, SCALE,
-    )  # fmt: skip
-
-
-@triton.jit
-def _eight_slices(inputs, cols, squares, K, PROLOGUE: tl.constexpr, SCALE: tl.constexpr):
-    # The eight inputs the nibbles of one word of each pair meet (x[cols + i]), each
-    # loaded as a strided slice already in the words' layout (split from a contiguous
-    # load instead, each slice moved between threads, a barrier apiece:
-    # `benchmarks/decode_residency`), all before any is used, so that their loads go out
-    # together.
-    x0, squares = _slice(inputs, cols, squares, K, PROLOGUE, SCALE)
-    x1, squares = _slice(inputs, cols + 1, squares, K, PROLOGUE, SCALE)
-    x2, squares = _slice(inputs, cols + 2, squares, K, PROLOGUE, SCALE)
-    x3, squares = _slice(inputs, cols + 3, squares, K, PROLOGUE, SCALE)
-    x4, squares = _slice(inputs, cols + 4, squares, K, PROLOGUE, SCALE)
-    x5, squares = _slice(inputs, cols + 5, squares, K, PROLOGUE, SCALE)
-    x6, squares = _slice(inputs, cols + 6, squares, K, PROLOGUE, SCALE)
-    x7, squares = _slice(inputs, cols + 7, squares, K, PROLOGUE, SCALE)
-    return (x0, x1, x2, x3, x4, x5, x6, x7), squares
-
-
-@triton.jit
-def _pair_dot(words, xs):
-    # `_word_dot` of (rows, pairs) words with their eight input slices, and the slices'
-    # sum.
-    x0, x1, x2, x3, x4, x5, x6, x7 = xs
-    total = x0 + x1 + x2 + x3 + x4 + x5 + x6 + x7
-    return _word_dot(words, x0, x1, x2, x3, x4, x5, x6, x7), total
-
-
-@triton.jit
-def _scaled(low, high, low_total, high_total, scales, GROUP: tl.constexpr):
-    # Each pair's sum of q x times its scales (rows, pairs).
-    if GROUP % 16 == 0:
-        return (low + high - 1.5 * (low_total + high_total)[None, :]) * scales[0]
-    low = (low - 1.5 * low_total[None, :]) * scales[0]
-    return low + (high - 1.5 * high_total[None, :]) * scales[1]
-
-
-@triton.jit
-def _strided_sums(
-    chunk, inputs, wq_ptr, ws_ptr, rows, row_ok, N, K, GROUP: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PROLOGUE: tl.constexpr,
-    SCALE: tl.constexpr, EPILOGUE: tl.constexpr, PREFETCH: tl.constexpr,
-):  # fmt: skip
-    # `_word_sums` with the weights read two words at a time and each word's inputs read
-    # as strided slices in the words' own layout (`_eight_slices`): no input moves
-    # between threads.
-    packed, scales, packed_up, scales_up = chunk
-    PAIRS: tl.constexpr = BLOCK_K // 16
-    acc = tl.zeros((BLOCK_N, PAIRS), dtype=tl.float32)
-    acc_up = tl.zeros((BLOCK_N, PAIRS), dtype=tl.float32)
-    squares = tl.zeros((PAIRS,), dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        if PREFETCH:
-            next_chunk = _int4_pairs(
-                wq_ptr, ws_ptr, rows, row_ok, (k0 + BLOCK_K) // 16, N, K, BLOCK_K, GROUP,
-                EPILOGUE,
-            )  # fmt: skip
-        elif k0 > 0:
-            packed, scales, packed_up, scales_up = _int4_pairs(
-                wq_ptr, ws_ptr, rows, row_ok, k0 // 16, N, K, BLOCK_K, GROUP, EPILOGUE
-            )
-        first = k0 + 16 * tl.arange(0, PAIRS)
-        low_xs, squares = _eight_slices(inputs, first, squares, K, PROLOGUE, SCALE)
-        low, low_total = _pair_dot(packed.to(tl.int32), low_xs)
-        high_xs, squares = _eight_slices(inputs, first + 8, squares, K, PROLOGUE, SCALE)
-        high, high_total = _pair_dot((packed >> 32).to(tl.int32), high_xs)
-        # As in `_word_sums`: q = 16 f - 24 per nibble (16 applied at the end), and where
-        # a pair's words share a group, one multiply a pair (and one move of the sums to
-        # the final reduction's layout a chunk, not two).
-        acc += _scaled(low, high, low_total, high_total, scales, GROUP)
-        if EPILOGUE == 1:
-            low_up, _ = _pair_dot(packed_up.to(tl.int32), low_xs)
-            high_up, _ = _pair_dot((packed_up >> 32).to(tl.int32), high_xs)
-            acc_up += _scaled(low_up, high_up, low_total, high_total, scales_up, GROUP)
-        if PREFETCH:
-            packed, scales, packed_up, scales_up = next_chunk
-    return 16.0 * tl.sum(acc, axis=1), 16.0 * tl.sum(acc_up, axis=1), squares
+    return last
 
 
 @triton.jit

@@ -3,8 +3,7 @@
 run) against the float32 way, in `matmul_int4` and `dequantize_int4`; the next chunk's
 loads issued early (`PREFETCH`) against the plain loop, in both products; scales read two
 to a 32-bit word (`SCALE_WORDS`) against one by one. The one-row
-kernel's compiled form (its nibbles unpacked by one inline LOP3; its inputs read whole or
-as strided slices, `STRIDED`) and 64-row tiles with
+kernel's compiled form (its nibbles unpacked by one inline LOP3) and 64-row tiles with
 the rows on the tensor cores' long side (`ROWS_FIRST`) match dequantize-then-matmul, and
 the dense weight that prefill multiplies equals the CPU's `int4.dequantize`."""
 
@@ -145,10 +144,9 @@ def _error(got: torch.Tensor, x: torch.Tensor, weight: tuple[torch.Tensor, torch
     return float((got.float() - want).abs().max() / want.abs().max())
 
 
-@pytest.mark.parametrize("strided", [0, 1])
 @pytest.mark.parametrize("prefetch", [0, 1])
 def test_the_one_row_kernel_matches_dequantize_then_matmul(
-    weight: tuple[torch.Tensor, torch.Tensor], prefetch: int, strided: int
+    weight: tuple[torch.Tensor, torch.Tensor], prefetch: int
 ) -> None:
     from engines.pytorch import triton_int4
 
@@ -156,7 +154,7 @@ def test_the_one_row_kernel_matches_dequantize_then_matmul(
     for tile in ("block_n=4,block_k=256,group_scales=0", "block_n=16,block_k=512,group_scales=1"):
         got = _with_config(
             triton_int4.gemv_int4,
-            f"{tile},prefetch={prefetch},strided={strided},w=4,s=2",
+            f"{tile},prefetch={prefetch},w=4,s=2",
             lambda: kernels.linear(x, weight, True),
         )
         assert _error(got, x, weight) < 1e-2, tile

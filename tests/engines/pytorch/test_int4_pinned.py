@@ -88,7 +88,7 @@ def test_a_chosen_table_pins_instead_of_the_shipped_one(
     chosen.write_text(json.dumps({"GPU Y": {"gemv_int4": {"256,1536,0,0,32": label}}}))
     monkeypatch.setattr(int4_tuning, "gpu_name", lambda: "GPU Y")
     forms = {"PROLOGUE": 0, "EPILOGUE": 0, "GROUP": 32}
-    configs, shape = int4_tuning.GEMV_INT4_CONFIGS, {"N": 256, "K": 1536, "wq_ptr": _packed()}
+    configs, shape = int4_tuning.GEMV_INT4_CONFIGS, {"N": 256, "K": 1536}
     try:
         int4_tuning.use_pinned_tables(chosen)
         (pinned,) = int4_tuning.prune_gemv(configs, shape, **forms)
@@ -117,8 +117,7 @@ def test_a_pinned_gpu_gets_one_configuration_and_others_the_list(
     gemv_key, gemv_label = next(iter(table["gemv_int4"].items()))
     n, k, prologue, epilogue, group = (int(p) for p in gemv_key.split(","))
     forms = {"PROLOGUE": prologue, "EPILOGUE": epilogue, "GROUP": group}
-    gemv_shape = {"N": n, "K": k, "wq_ptr": _packed()}
-    (pinned,) = int4_tuning.prune_gemv(int4_tuning.GEMV_INT4_CONFIGS, gemv_shape, **forms)
+    (pinned,) = int4_tuning.prune_gemv(int4_tuning.GEMV_INT4_CONFIGS, {"N": n, "K": k}, **forms)
     assert int4_tuning.config_label(pinned) == gemv_label
     # A shape no table holds, and a GPU no table names: the list, pruned as before.
     unknown = named | {"N": n + 8}
@@ -130,38 +129,8 @@ def test_a_pinned_gpu_gets_one_configuration_and_others_the_list(
         int4_tuning.prune_splits(configs, named)
     )
     assert int4_tuning.prune_gemv(
-        int4_tuning.GEMV_INT4_CONFIGS, gemv_shape, **forms
+        int4_tuning.GEMV_INT4_CONFIGS, {"N": n, "K": k}, **forms
     ) == int4_tuning.GEMV_INT4_CONFIGS
-
-
-def _packed(offset_words: int = 0) -> torch.Tensor:
-    """A packed weight as the kernel gets it, starting `offset_words` int32 words past an
-    allocation (which is aligned far beyond 8 bytes)."""
-    return torch.zeros(16, dtype=torch.int32)[offset_words:]
-
-
-def test_strided_configurations_run_only_on_rows_of_whole_aligned_pairs(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    label = "block_n=8,block_k=2048,group_scales=1,strided=1,w=4,s=4"
-    table = {"GPU S": {"gemv_int4": {"256,1536,0,0,32": label, "256,1544,0,0,8": label}}}
-    monkeypatch.setattr(int4_tuning, "gpu_name", lambda: "GPU S")
-    strided = int4_tuning.config_from_label(label)
-    configs = [*int4_tuning.GEMV_INT4_CONFIGS, strided]
-    forms = {"PROLOGUE": 0, "EPILOGUE": 0, "GROUP": 32}
-    unstrided = [c for c in configs if not c.kwargs.get("STRIDED")]
-    with monkeypatch.context() as patch:
-        patch.setattr(int4_tuning, "pinned_tables", lambda: table)
-        int4_tuning.pinned_config.cache_clear()
-        shape = {"N": 256, "K": 1536}
-        assert int4_tuning.prune_gemv(configs, shape | {"wq_ptr": _packed()}, **forms) == [strided]
-        # A row of an odd number of words, or one not on an 8-byte boundary: the list
-        # without the strided configurations, the pinned one included.
-        odd = {"N": 256, "K": 1544, "wq_ptr": _packed()}
-        assert int4_tuning.prune_gemv(configs, odd, **forms | {"GROUP": 8}) == unstrided
-        misaligned = shape | {"wq_ptr": _packed(1)}
-        assert int4_tuning.prune_gemv(configs, misaligned, **forms) == unstrided
-    int4_tuning.pinned_config.cache_clear()
 
 
 def test_the_sweeps_pin_writes_what_the_engine_reads(tmp_path: Path) -> None:

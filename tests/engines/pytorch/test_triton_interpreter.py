@@ -331,8 +331,7 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
     inputs (every block shape's chunks cross or split groups; 96 rows: partial row
     blocks), each configuration the autotuner may choose (three, one of them with a scale
     per group of words, through every prologue and epilogue of the dense kernel, the rest
-    through the plain product and the gate/up pair), and the inputs read as strided
-    slices (`STRIDED`, groups of 8 too); and the few-rows kernel in float16
+    through the plain product and the gate/up pair); and the few-rows kernel in float16
     (the interpreter's bfloat16 tl.dot is not faithful) at each of its configurations for
     3 and 64 rows."""
     import torch
@@ -342,24 +341,11 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
 
     n, k = 96, 512
     x, b, nw, m = rand(1, k, scale=3.0), rand(1, k), rand(k), rand(1, n)
-    weights = {g: int4.quantize(rand(n, k, scale=k**-0.5), g) for g in (8, 32, 128)}
-    # Every configuration once, the two group sizes in turn (the interpreter is slow);
-    # then the inputs read as strided slices (`STRIDED`): every form at one tile, and
-    # chunks that split a group, and groups that split a pair of words (8), through the
-    # plain product and the gate/up pair.
-    checks = [
-        (config, (32, 128)[i % 2], i < 3) for i, config in enumerate(int4_tuning.GEMV_INT4_CONFIGS)
-    ]
-    for bn, bk, prefetch, group, every_form in (
-        (16, 256, False, 32, True),
-        (4, 64, True, 128, False),
-        (8, 2048, False, 8, False),
-    ):
-        meta = {"BLOCK_N": bn, "BLOCK_K": bk, "GROUP_SCALES": True, "PREFETCH": prefetch}
-        strided = triton.Config(meta | {"STRIDED": True}, num_warps=4, num_stages=1)
-        checks.append((strided, group, every_form))
+    weights = {g: int4.quantize(rand(n, k, scale=k**-0.5), g) for g in (32, 128)}
+    # Every configuration once, the two group sizes in turn (the interpreter is slow).
     tuner = triton_int4.gemv_int4
-    for config, group, every_form in checks:
+    for i, config in enumerate(int4_tuning.GEMV_INT4_CONFIGS):
+        group = (32, 128)[i % 2]
         w = weights[group]
 
         def gemv(
@@ -368,12 +354,12 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             return kernels._launch(x, w, eps=1e-6, prologue=prologue, epilogue=epilogue, **kw)
 
         tuner.configs, tuner.cache = [config], {}
-        tag = " [int4 g{} {BLOCK_N}x{BLOCK_K} group scales {GROUP_SCALES}{}]".format(
-            group, " strided" if config.kwargs.get("STRIDED") else "", **config.kwargs
+        tag = " [int4 g{} {BLOCK_N}x{BLOCK_K} group scales {GROUP_SCALES}]".format(
+            group, **config.kwargs
         )
         # Every form at three block shapes, one of them with a scale per group (the
         # interpreter is slow).
-        if every_form:
+        if i < 3:
             _gemv_checks(gemv, (x, b, nw, w, m), record, out, tag)
             continue
         # Elsewhere the plain product and the gate/up pair with the norm scaled after it.

@@ -27,14 +27,7 @@ def _signature(fn: object, count: int, ints: tuple[str, ...]) -> dict[str, str]:
     return {name: kinds.get(name, "*fp16") for name in names}
 
 
-# Every configuration the autotuner may choose, and one with the inputs read as strided
-# slices (`STRIDED`), which a pinned table may name.
-STRIDED = triton.Config(
-    {"BLOCK_N": 8, "BLOCK_K": 2048, "GROUP_SCALES": True, "STRIDED": True}, num_warps=4
-)
-
-
-@pytest.mark.parametrize("config", [*int4_tuning.GEMV_INT4_CONFIGS, STRIDED], ids=str)
+@pytest.mark.parametrize("config", int4_tuning.GEMV_INT4_CONFIGS, ids=str)
 def test_gemv_int4_builds_for_sm75_in_float16(config: triton.Config) -> None:
     signature = _signature(triton_int4.gemv_int4.fn, 14, ("N", "K"))
     # The heaviest forms: norm scaled after + gate/up pair, residual + GELU times, and

@@ -146,27 +146,6 @@ def test_gemv_int4_variant_builds_for_sm90(
     assert compiled.asm["ptx"].count("cvt.rn.f32.s32") < 8
 
 
-@pytest.mark.parametrize(("prologue", "epilogue", "scale"), LAUNCHED)
-def test_strided_inputs_leave_the_one_row_product_few_barriers_after_its_wait(
-    prologue: int, epilogue: int, scale: bool
-) -> None:
-    """`STRIDED` loads each nibble's inputs in the words' own layout: after the wait,
-    at the q/k/v projection's tile, at most half the barriers of splitting a contiguous
-    chunk in registers (whose eight slices each move between threads), in every form."""
-    from benchmarks.decode_residency import barriers_after_wait, build_gemv_int4
-
-    meta = {"BLOCK_N": 8, "BLOCK_K": 2048, "GROUP_SCALES": True}
-    counts = {
-        strided: barriers_after_wait(
-            build_gemv_int4(
-                prologue, epilogue, scale, triton.Config(meta | {"STRIDED": strided}, 4, 4)
-            )
-        )
-        for strided in (False, True)
-    }
-    assert 2 * counts[True] <= counts[False], counts
-
-
 @pytest.mark.parametrize(("split", "prefetch"), [(1, False), (4, True)])
 def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int, prefetch: bool) -> None:
     from engines.pytorch import triton_int4
