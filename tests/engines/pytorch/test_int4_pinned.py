@@ -133,6 +133,32 @@ def test_a_pinned_gpu_gets_one_configuration_and_others_the_list(
     ) == int4_tuning.GEMV_INT4_CONFIGS
 
 
+def test_a_gpu_with_the_same_sm_pins_from_its_twins_table_unless_it_has_its_own(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (gpu, twin), *_ = int4_tuning.SAME_TILES_AS.items()
+    table = json.loads(int4_tuning.PINNED_PATH.read_text())
+    key, label = next(iter(table[twin]["gemv_int4"].items()))
+    n, k, prologue, epilogue, group = (int(p) for p in key.split(","))
+    forms = {"PROLOGUE": prologue, "EPILOGUE": epilogue, "GROUP": group}
+    configs = int4_tuning.GEMV_INT4_CONFIGS
+    monkeypatch.setattr(int4_tuning, "gpu_name", lambda: gpu)
+    int4_tuning.pinned_config.cache_clear()
+    (pinned,) = int4_tuning.prune_gemv(configs, {"N": n, "K": k}, **forms)
+    assert int4_tuning.config_label(pinned) == label
+    # A table of its own (a sweep on that GPU) wins, also where it lacks the shape.
+    own = "block_n=4,block_k=256,group_scales=0,w=4,s=1"
+    chosen = tmp_path / "own.json"
+    chosen.write_text(json.dumps(table | {gpu: {"gemv_int4": {key: own}}}))
+    try:
+        int4_tuning.use_pinned_tables(chosen)
+        (pinned,) = int4_tuning.prune_gemv(configs, {"N": n, "K": k}, **forms)
+        assert int4_tuning.config_label(pinned) == own
+        assert int4_tuning.prune_gemv(configs, {"N": n + 8, "K": k}, **forms) == configs
+    finally:
+        int4_tuning.use_pinned_tables(None)
+
+
 def test_the_sweeps_pin_writes_what_the_engine_reads(tmp_path: Path) -> None:
     from benchmarks import int4_gemv_sweep as sweep
 
