@@ -128,11 +128,20 @@ def use_pinned_tables(path: Path | None) -> None:
 SAME_TILES_AS = {"NVIDIA H100 80GB HBM3": "NVIDIA H200"}
 
 
+def pinned_source(gpu: str) -> str | None:
+    """The GPU whose pinned table `gpu` runs: its own, else its twin's (`SAME_TILES_AS`);
+    None where neither is in the table (the autotuner chooses)."""
+    tables = pinned_tables()
+    if gpu in tables:
+        return gpu
+    twin = SAME_TILES_AS.get(gpu)
+    return twin if twin in tables else None
+
+
 @functools.cache
 def pinned_config(gpu: str, kernel: str, key: str):
-    tables = pinned_tables()
-    table = tables[gpu] if gpu in tables else tables.get(SAME_TILES_AS.get(gpu, ""), {})
-    label = table.get(kernel, {}).get(key)
+    source = pinned_source(gpu)
+    label = None if source is None else pinned_tables()[source].get(kernel, {}).get(key)
     return None if label is None else config_from_label(label)
 
 

@@ -211,6 +211,15 @@ def load_model(
 
         # a bad table: one line now, not at the first launch
         int4_tuning.use_pinned_tables(int4_configs)
+        gpu = int4_tuning.gpu_name()
+        pinned_from = int4_tuning.pinned_source(gpu)
+        if pinned_from is None:
+            log.warning(
+                "int4: no pinned table names %s: the autotuner chooses each shape's block "
+                "shape at its first launch", gpu
+            )  # fmt: skip
+        else:
+            log.info("int4: block shapes pinned from %s's table", pinned_from)
     elif int4_configs is not None:
         log.info("--int4-configs %s: unused (no int4 weights on CUDA)", int4_configs)
     model.eval()

@@ -138,6 +138,8 @@ def test_a_gpu_with_the_same_sm_pins_from_its_twins_table_unless_it_has_its_own(
 ) -> None:
     (gpu, twin), *_ = int4_tuning.SAME_TILES_AS.items()
     table = json.loads(int4_tuning.PINNED_PATH.read_text())
+    assert int4_tuning.pinned_source(gpu) == twin
+    assert int4_tuning.pinned_source("a GPU with no table") is None
     key, label = next(iter(table[twin]["gemv_int4"].items()))
     n, k, prologue, epilogue, group = (int(p) for p in key.split(","))
     forms = {"PROLOGUE": prologue, "EPILOGUE": epilogue, "GROUP": group}
@@ -154,6 +156,7 @@ def test_a_gpu_with_the_same_sm_pins_from_its_twins_table_unless_it_has_its_own(
         int4_tuning.use_pinned_tables(chosen)
         (pinned,) = int4_tuning.prune_gemv(configs, {"N": n, "K": k}, **forms)
         assert int4_tuning.config_label(pinned) == own
+        assert int4_tuning.pinned_source(gpu) == gpu
         assert int4_tuning.prune_gemv(configs, {"N": n + 8, "K": k}, **forms) == configs
     finally:
         int4_tuning.use_pinned_tables(None)
