@@ -2,8 +2,9 @@
 with no GPU: each kernel of a Gemma 4 E2B layer, in the order the step launches them,
 built for sm_90 at the configuration the pinned table names (`int4_tuning`), with its
 registers a thread (`ptxas -v`), its shared memory, its programs, how many of them an SM
-holds, and the barriers its SASS has after `griddepcontrol.wait` (its serial path once the
-kernel before has ended). Then, for each kernel, whether one of its programs still fits on
+holds, and what its SASS does after `griddepcontrol.wait` (its serial path once the
+kernel before has ended): barriers, instructions, global loads and how many of those are
+2 bytes or narrower. Then, for each kernel, whether one of its programs still fits on
 an SM beside the programs the kernel before left there (its programs spread evenly over
 the SMs).
 
@@ -55,6 +56,12 @@ class Residency:
     an_sm: int  # programs an SM holds
     barriers_after_wait: int
     instructions_after_wait: int  # in its SASS, a loop's body once
+    # Its global loads after the wait (`LDG`), and those of 2 bytes or fewer a thread:
+    # each narrow load costs L1 a request for little data (40-52 of them where the inputs
+    # were read as 2-byte strided slices, 4-8 in the shipped form, made every product
+    # slower: records/2026-12-05-h100-strided-inputs.md).
+    loads_after_wait: int
+    narrow_loads_after_wait: int
     beside_previous: int | None = None  # its programs that fit beside the kernel before's
 
 
@@ -164,6 +171,19 @@ def _instructions(code: str) -> int:
     return len(re.findall(r"/\*[0-9a-f]{4,}\*/ ", code))
 
 
+def _loads(code: str) -> tuple[int, int]:
+    widths = [_load_bytes(suffix) for suffix in re.findall(r"\bLDG((?:\.[A-Z0-9]+)+)", code)]
+    return len(widths), sum(width <= 2 for width in widths)
+
+
+# LDG's width modifiers; none is 32 bits.
+_LOAD_WIDTHS = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}
+
+
+def _load_bytes(suffix: str) -> int:
+    return next((_LOAD_WIDTHS[m] for m in suffix.split(".") if m in _LOAD_WIDTHS), 4)
+
+
 def residency(name: str, built: Any, config: str, programs: int) -> Residency:
     warps = built.metadata.num_warps
     registers = _registers(built)
@@ -175,7 +195,7 @@ def residency(name: str, built: Any, config: str, programs: int) -> Residency:
     )
     after = _after_wait(sass(built))
     return Residency(name, config, programs, warps, registers, shared, an_sm,
-                     _barriers(after), _instructions(after))  # fmt: skip
+                     _barriers(after), _instructions(after), *_loads(after))  # fmt: skip
 
 
 def layer(head_dim: int, writes_kv: bool, double_mlp: bool) -> list[tuple[str, Any, str, int]]:
@@ -248,12 +268,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{title}\n")
         print("| kernel | configuration | programs | warps | registers | shared KB | an SM "
               "| barriers after the wait | instructions after it "
+              "| loads after it (2 bytes or fewer) "
               "| its programs that fit beside the kernel before's |")  # fmt: skip
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
             cells = (f"`{r.config}`", r.programs, r.warps, r.registers,
                      f"{r.shared_bytes / 1024:.0f}", r.an_sm, r.barriers_after_wait,
-                     r.instructions_after_wait, f"{r.beside_previous} of {r.programs}")  # fmt: skip
+                     r.instructions_after_wait,
+                     f"{r.loads_after_wait} ({r.narrow_loads_after_wait})",
+                     f"{r.beside_previous} of {r.programs}")  # fmt: skip
             print(f"| {r.name} | " + " | ".join(str(cell) for cell in cells) + " |")
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))

@@ -37,6 +37,11 @@ def test_the_residency_benchmark_lists_each_layers_kernels_in_launch_order(
         # Every product waits on the kernel before it, then moves data between its warps.
         assert all(row["barriers_after_wait"] > 0 for row in rows if "attention" not in row["name"])
         assert all(row["instructions_after_wait"] > 100 for row in rows), rows
+        # Each kernel reads its input row after the wait, the products' in wide loads (a
+        # few narrow ones: the scales).
+        assert all(row["loads_after_wait"] > 0 for row in rows), rows
+        products = [row for row in rows if "attention" not in row["name"]]
+        assert all(row["narrow_loads_after_wait"] <= 12 for row in products), products
     assert "| per-layer gate |" in proc.stdout
 
 
@@ -44,7 +49,7 @@ def test_room_counts_the_programs_that_fit_beside_the_kernel_before() -> None:
     from benchmarks.decode_residency import SMS, Residency, with_room
 
     def kernel(programs: int, warps: int, registers: int, shared: int = 0) -> Residency:
-        return Residency("k", "", programs, warps, registers, shared, 64 // warps, 0, 0)
+        return Residency("k", "", programs, warps, registers, shared, 64 // warps, 0, 0, 0, 0)
 
     # 264 programs of 8 warps at 128 registers fill every SM's registers: nothing fits.
     full, small = kernel(264, 8, 128), kernel(32, 4, 96)
