@@ -78,6 +78,8 @@ profile_run() {
     > "$OUT/$name.log" 2>&1
   echo "decode profile $name exit: $? at ${SECONDS}s"
   tail -8 "$OUT/$name.log"
+  # whose pinned table each server ran (or that the autotuner chose), from its log
+  grep -H "int4: " "$OUT/$name"/*-server.log 2>/dev/null | sed "s|^$OUT/||"
 }
 case "${1:-steps}" in
 sweep)

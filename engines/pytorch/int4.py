@@ -212,6 +212,17 @@ class QuantizedModule:
     group_size: int
 
 
+def value_count(model: nn.Module) -> int:
+    """The weight values `model` holds as int4 (8 a packed word), each tensor once: with
+    its parameters, the size of the model it was quantized from."""
+    packed = {
+        (m.packed.data_ptr(), m.packed.numel()): m.packed.numel() * PER_WORD
+        for m in model.modules()
+        if isinstance(m, (Int4Linear, Int4Embedding))
+    }
+    return sum(packed.values())
+
+
 def _parent(model: nn.Module, name: str) -> tuple[nn.Module, str]:
     parent_name, _, child = name.rpartition(".")
     return (model.get_submodule(parent_name) if parent_name else model), child

@@ -25,7 +25,7 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from engines.pytorch import checkpoint
+from engines.pytorch import checkpoint, int4
 from engines.serving.random_models import DEFAULT_MAX_MODEL_LEN, RANDOM_MODELS, RANDOM_PREFIX
 from engines.serving.tokenizer import build_byte_tokenizer, generation_ids, stop_token_ids
 
@@ -237,7 +237,7 @@ def load_model(
         output_ids=output_ids,
         quantization=quant,
     )
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = sum(p.numel() for p in model.parameters()) + int4.value_count(model)
     log.info(
         "loaded %s: %s, %.1fM params, %s on %s, max_model_len %d, eos %s%s",
         loaded.name,
