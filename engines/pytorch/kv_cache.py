@@ -99,20 +99,26 @@ class DecodeLayout:
     q_len: int = 1
 
     def hidden(self, window: int | None) -> torch.Tensor:
-        """(rows, 1, 1, kv_len) bool, True where row b may not look: key k is visible to
-        the query at position p = write_positions[b] when k <= p, and k > p - window on
-        sliding layers. Built once per forward and window, not once per layer."""
+        """`hidden_keys` at this step's positions, built once per forward and window,
+        not once per layer."""
         cached = self.masks.get(window)
         if cached is not None:
             return cached
-        k_pos = torch.arange(self.kv_len, device=self.write_positions.device)[None, :]
-        q_pos = self.write_positions[:, None]
-        hidden = k_pos > q_pos
-        if window:
-            hidden = hidden | (k_pos <= q_pos - window)
-        mask = hidden[:, None, None, :]
+        mask = hidden_keys(self.write_positions, self.kv_len, window)
         self.masks[window] = mask
         return mask
+
+
+def hidden_keys(write_positions: torch.Tensor, kv_len: int, window: int | None) -> torch.Tensor:
+    """(rows, 1, 1, kv_len) bool, True where row b may not look: key k is visible to the
+    query at position p = write_positions[b] when k <= p, and k > p - window on sliding
+    layers."""
+    k_pos = torch.arange(kv_len, device=write_positions.device)[None, :]
+    q_pos = write_positions[:, None]
+    hidden = k_pos > q_pos
+    if window:
+        hidden = hidden | (k_pos <= q_pos - window)
+    return hidden[:, None, None, :]
 
 
 @dataclass(frozen=True)

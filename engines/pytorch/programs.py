@@ -39,7 +39,7 @@ from contract.errors import BenchError
 from engines.pytorch import attention_kernel, int4, int4_blocks, kernels
 from engines.pytorch.config import ATTENTION_FORMS
 from engines.pytorch.kernels import Weight
-from engines.pytorch.kv_cache import DecodeLayout, SlotKVCache
+from engines.pytorch.kv_cache import SlotKVCache, hidden_keys
 
 log = logging.getLogger(__name__)
 
@@ -298,13 +298,39 @@ def gemma4_embed(
     layers: int,
     ple_width: int,
     eps: float,
+    *,
+    fused_gemv: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The token's embedding and its per-layer inputs: (rows, hidden), (rows, layers, P)."""
     x = _embedding(tokens, embed) * embed_scale
     ple_tokens = (_embedding(tokens, ple_embed) * ple_embed_scale).view(-1, layers, ple_width)
-    proj = (kernels.linear(x, w_ple_model, False) * ple_model_scale).view(-1, layers, ple_width)
-    proj = torch.rms_norm(proj, (ple_width,), ple_norm, eps)
+    proj = kernels.linear(x, w_ple_model, fused_gemv) * ple_model_scale
+    proj = torch.rms_norm(proj.view(-1, layers, ple_width), (ple_width,), ple_norm, eps)
     return x, (proj + ple_tokens) * ple_input_scale
+
+
+def gemma4_step_inputs(
+    tokens: torch.Tensor,
+    positions: torch.Tensor,
+    embedding: tuple[Any, ...],
+    rotary_tables: tuple[tuple[torch.Tensor, torch.Tensor], ...],
+    kv_len: int,
+    windows: tuple[int | None, ...],
+    fused_gemv: bool,
+) -> tuple[
+    torch.Tensor,
+    torch.Tensor,
+    tuple[tuple[torch.Tensor, torch.Tensor], ...],
+    tuple[torch.Tensor, ...],
+]:
+    """What every layer of a step reads: the embedding and per-layer inputs
+    (`gemma4_embed`, `embedding` its arguments after the tokens), each layer type's
+    rotary rows at the positions, and each window's mask. One function, so that a
+    compiled step builds them in a few fused kernels rather than a launch apiece."""
+    x, ple = gemma4_embed(tokens, *embedding, fused_gemv=fused_gemv)
+    rows = tuple((cos[positions], sin[positions]) for cos, sin in rotary_tables)
+    masks = tuple(hidden_keys(positions, kv_len, window) for window in windows)
+    return x, ple, rows, masks
 
 
 def gemma4_head(
@@ -389,12 +415,13 @@ class Gemma4DecodeProgram:
                 cos, sin = text.rotary_emb(probe, positions, layer_type)
                 self.rotary[layer_type] = (cos[0].contiguous(), sin[0].contiguous())
         self.layers = [self._layer(i, text, config) for i in range(len(text.layers))]
+        self.windows = tuple(dict.fromkeys(layer.window for layer in self.layers))
         for layer in self.layers:
             if layer.writes_kv:
                 cache.allocate(layer.index, layer.kv_heads, layer.head_dim, dtype)
         self.cache = cache
         self._layer_fn: Callable[..., torch.Tensor] = gemma4_layer
-        self._embed_fn: Callable[..., tuple[torch.Tensor, torch.Tensor]] = gemma4_embed
+        self._inputs_fn: Callable[..., Any] = gemma4_step_inputs
         self._head_fn: Callable[..., torch.Tensor] = gemma4_head
         # Batch-1 projections through the Triton matrix-vector kernels (`kernels`);
         # larger batches keep cuBLAS (the kernels fall back by themselves).
@@ -415,7 +442,7 @@ class Gemma4DecodeProgram:
             if options.compile_backend == "inductor":  # modes are Inductor's
                 kw["mode"] = options.compile_mode
             self._layer_fn = torch.compile(gemma4_layer, **kw)
-            self._embed_fn = torch.compile(gemma4_embed, **kw)
+            self._inputs_fn = torch.compile(gemma4_step_inputs, **kw)
             self._head_fn = torch.compile(gemma4_head, **kw)
         log.info(
             "decode program: Gemma 4, %d layers (%d write KV), merged q/k/v and gate/up%s%s%s",
@@ -495,8 +522,7 @@ class Gemma4DecodeProgram:
     ) -> torch.Tensor:
         """One token per row (row b in slot b; padding rows write into a scratch slot):
         logits (rows, vocab) in the model's dtype."""
-        x, ple = self._embed_fn(
-            tokens,
+        embedding = (
             self.embed,
             self.embed_scale,
             self.ple_embed,
@@ -509,11 +535,14 @@ class Gemma4DecodeProgram:
             self.ple_width,
             self.eps,
         )
-        # The masks by window, from the same rule as the generic batched step, once a step.
-        layout = DecodeLayout(
-            rows=tokens.shape[0], kv_len=kv_len, slot_index=slot_index, write_positions=positions
-        )
-        rotary = {t: (cos[positions], sin[positions]) for t, (cos, sin) in self.rotary.items()}
+        # The masks by window from the generic batched step's rule (`hidden_keys`), once a
+        # step, with the embedding and the rotary rows.
+        x, ple, rows, masks = self._inputs_fn(
+            tokens, positions, embedding, tuple(self.rotary.values()), kv_len, self.windows,
+            self.fused_gemv,
+        )  # fmt: skip
+        rotary = dict(zip(self.rotary, rows, strict=True))
+        hidden = dict(zip(self.windows, masks, strict=True))
         for layer in self.layers:
             cos, sin = rotary[layer.layer_type]
             x = self._layer_fn(
@@ -533,7 +562,7 @@ class Gemma4DecodeProgram:
                 self.cache.values[layer.kv_source],
                 cos,
                 sin,
-                layout.hidden(layer.window),
+                hidden[layer.window],
                 slot_index,
                 positions,
                 layer.heads,

@@ -178,7 +178,7 @@ def test_each_kind_of_layer_traces_as_one_graph(loaded: LoadedModel) -> None:
     assert torch.allclose(outs[1], outs[0], atol=1e-5, rtol=1e-5)
     kinds = {(layer.layer_type, layer.writes_kv) for layer in compiled.program.layers}
     frames = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    assert frames == len(kinds) + 2  # + embedding and head
+    assert frames == len(kinds) + 2  # + the step's inputs and the head
 
 
 def test_a_cleared_slot_passes_no_nan_to_its_next_owner(loaded: LoadedModel) -> None:
