@@ -214,7 +214,7 @@ def load_model(
         gpu = int4_tuning.gpu_name()
         pinned_from = int4_tuning.pinned_source(gpu)
         if pinned_from is None:
-            log.warning(
+            log.info(
                 "int4: no pinned table names %s: the autotuner chooses each shape's block "
                 "shape at its first launch", gpu
             )  # fmt: skip
