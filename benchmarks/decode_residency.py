@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -33,14 +31,13 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from benchmarks.int4_issue_bound import SMS, sass
+from benchmarks.int4_issue_bound import SMS, registers, sass
 from engines.pytorch import attention_kernel, int4_tuning, kernels, triton_attention, triton_int4
 
 SM90 = GPUTarget("cuda", 90, 32)
 GPU = "NVIDIA H200"
 REGISTERS_AN_SM, SHARED_AN_SM, WARPS_AN_SM = 65536, 228 * 1024, 64
 GROUP, HEADS, BUCKET = 32, 8, 1024
-_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 
 
 @dataclass(frozen=True)
@@ -142,17 +139,6 @@ def _build(
     return triton.compile(source, target=SM90, options=options)
 
 
-def _registers(built: Any) -> int:
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = Path(tmp, "kernel.ptx")
-        ptx.write_text(built.asm["ptx"])
-        out = subprocess.run(
-            [str(_BIN / "ptxas"), "-v", "-arch=sm_90a", str(ptx), "-o", str(Path(tmp, "k.o"))],
-            capture_output=True, text=True, check=True,
-        ).stderr  # fmt: skip
-    return int(re.findall(r"Used (\d+) registers", out)[0])
-
-
 def barriers_after_wait(built: Any) -> int:
     """The `BAR.SYNC`s in `built`'s SASS after its `griddepcontrol.wait`."""
     return _barriers(_after_wait(sass(built)))
@@ -186,15 +172,15 @@ def _load_bytes(suffix: str) -> int:
 
 def residency(name: str, built: Any, config: str, programs: int) -> Residency:
     warps = built.metadata.num_warps
-    registers = _registers(built)
+    used = registers(built)
     shared = built.metadata.shared
     an_sm = min(
-        REGISTERS_AN_SM // (_warp_registers(registers) * warps),
+        REGISTERS_AN_SM // (_warp_registers(used) * warps),
         SHARED_AN_SM // shared if shared else WARPS_AN_SM,
         WARPS_AN_SM // warps,
     )
     after = _after_wait(sass(built))
-    return Residency(name, config, programs, warps, registers, shared, an_sm,
+    return Residency(name, config, programs, warps, used, shared, an_sm,
                      _barriers(after), _instructions(after), *_loads(after))  # fmt: skip
 
 

@@ -8,7 +8,9 @@ instructions or DRAM. Per step: each shape times its count in a decode step of
 random:gemma-4-e2b (`gemv_h200.SHAPES`).
 
 Also per entry: how many wgmma groups the loop keeps in flight (`WARPGROUP.DEPBAR.LE gsb0,
-n` waits until at most n remain: 0 means each chunk waits for its own product).
+n` waits until at most n remain: 0 means each chunk waits for its own product), and the
+registers a thread (`ptxas -v`) and shared memory a program, which bound how many of its
+programs an SM holds.
 
 Issue time = programs x warps x loop instructions x chunks / (SMs x 4 schedulers x clock):
 one instruction a scheduler a clock, prologue and epilogue left out, so a lower bound.
@@ -45,6 +47,7 @@ SM90 = GPUTarget("cuda", 90, 32)
 POINTERS = {"x_ptr": None, "wq_ptr": "*i32", "ws_ptr": None, "y_ptr": None,
             "part_ptr": "*fp32", "count_ptr": "*i32"}  # fmt: skip
 INTS = ("M", "N", "K", "M_BUCKET")
+_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
 
@@ -58,6 +61,8 @@ class Bound:
     config: str
     loop_instructions: int
     in_flight: int | None  # wgmma groups the loop leaves in flight (None: no wgmma)
+    registers: int  # a thread, as ptxas allots them
+    shared_bytes: int
     chunks: int
     programs: int
     issue_us: float
@@ -121,17 +126,29 @@ def sass(built: Any) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         cubin = Path(tmp, "kernel.cubin")
         cubin.write_bytes(built.asm["cubin"])
-        nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
         return subprocess.run(
-            [str(nvdisasm), "-c", str(cubin)], capture_output=True, text=True, check=True
+            [str(_BIN / "nvdisasm"), "-c", str(cubin)], capture_output=True, text=True, check=True
         ).stdout
+
+
+def registers(built: Any) -> int:
+    """The registers a thread of `built` uses, as ptxas (Triton's) reports them."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp, "kernel.ptx")
+        ptx.write_text(built.asm["ptx"])
+        out = subprocess.run(
+            [str(_BIN / "ptxas"), "-v", "-arch=sm_90a", str(ptx), "-o", str(Path(tmp, "k.o"))],
+            capture_output=True, text=True, check=True,
+        ).stderr  # fmt: skip
+    return int(re.findall(r"Used (\d+) registers", out)[0])
 
 
 def bound(rows: int, bucket: int, n: int, k: int, label: str, per_step: int) -> Bound:
     config = int4_tuning.config_from_label(label)
     meta = config.kwargs
     sizes = {"M": rows, "N": n, "K": k, "M_BUCKET": bucket}
-    loop = main_loop(sass(build_matmul_int4(config, SM90, sizes=sizes)))
+    built = build_matmul_int4(config, SM90, sizes=sizes)
+    loop = main_loop(sass(built))
     waits = [int(m.group(1), 16) for t in loop if (m := re.search(r"DEPBAR\.LE gsb0, (0x\w+)", t))]
     in_flight = min(waits) if waits else None
     split = meta["SPLIT_K"]
@@ -141,7 +158,8 @@ def bound(rows: int, bucket: int, n: int, k: int, label: str, per_step: int) -> 
     issue_us = warp_instructions / (SMS * 4 * CLOCK_GHZ * 1e3)
     moved = n * k // 2 + n * (k // GROUP) * 2 + rows * (k + n) * 2  # int4, scales, x and y
     bytes_us = moved / (COPY_GB_S * 1e3)
-    return Bound(n, k, label, len(loop), in_flight, chunks, programs, issue_us, bytes_us, per_step)
+    return Bound(n, k, label, len(loop), in_flight, registers(built), built.metadata.shared,
+                 chunks, programs, issue_us, bytes_us, per_step)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,14 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     if not entries:
         only = f" at {args.only}" if args.only else ""
         parser.error(f"no {args.gpu!r} matmul_int4 entry for bucket {args.bucket}{only}")
-    print("| N x K | config | loop | wgmma in flight | chunks | programs | issue us | bytes us |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| N x K | config | loop | wgmma in flight | registers | shared KB | chunks | programs "
+          "| issue us | bytes us |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     bounds = []
     for n, k, label in entries:
         b = bound(rows, args.bucket, n, k, label, counts.get((n, k), 0))
         bounds.append(b)
         flight = "no wgmma" if b.in_flight is None else b.in_flight
-        print(f"| {n} x {k} | {label} | {b.loop_instructions} | {flight} | {b.chunks} | "
+        print(f"| {n} x {k} | {label} | {b.loop_instructions} | {flight} | {b.registers} | "
+              f"{b.shared_bytes / 1024:.0f} | {b.chunks} | "
               f"{b.programs} | {b.issue_us:.1f} | {b.bytes_us:.1f} |", flush=True)  # fmt: skip
     issue = sum(b.issue_us * b.per_step for b in bounds)
     moved = sum(b.bytes_us * b.per_step for b in bounds)

@@ -29,4 +29,5 @@ def test_the_issue_bound_benchmark_reads_a_pinned_entrys_build(tmp_path: Path) -
     assert bound["loop_instructions"] > 100 and bound["in_flight"] is not None, bound
     assert bound["per_step"] == 12 and bound["chunks"] * bound["programs"] > 0, bound
     assert 0 < bound["bytes_us"] < bound["issue_us"] < 10, bound
+    assert 32 <= bound["registers"] <= 255 and bound["shared_bytes"] > 0, bound
     assert "| 2560 x 1536 |" in proc.stdout
