@@ -44,6 +44,13 @@
 #           the q/k norms, rotary and KV write as compiled torch ops before the attention
 #           kernel (`--attention-form kernel`) and inside it (the default,
 #           `normed-kernel`; about 6 minutes);
+#   planar: the planar int4 layout's kernel against `matmul_int4` and cuBLAS at 64 rows,
+#           its block shapes searched within PLANAR_S seconds (default 200;
+#           `benchmarks.int4_planar_h200`);
+#   ncu:    Nsight Compute on the int4 product and cuBLAS's at each "N K ROWS" of SHAPES
+#           (";"-separated; default down double and gate/up double at 64 rows): throughputs,
+#           warp stalls, registers and occupancy (`benchmarks.int4_ncu_probe`; about 20 s a
+#           shape);
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
@@ -55,7 +62,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|chain|attention|all
+#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|chain|attention|planar|ncu|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -211,6 +218,32 @@ attention)
   profile_run dp "${TMO:-420}" \
     --variant kernel="--quantize w4a16 --attention-form kernel ${INT4_FLAGS:-}" \
     --variant normed="--quantize w4a16 ${INT4_FLAGS:-}"
+  ;;
+planar)
+  timeout $(( ${PLANAR_S:-200} + 60 )) python3 -m benchmarks.int4_planar_h200 \
+    --budget-s "${PLANAR_S:-200}" --out "$OUT/planar.json" > "$OUT/planar.log" 2>&1
+  echo "planar exit: $? at ${SECONDS}s"
+  tail -9 "$OUT/planar.log"
+  ;;
+ncu)
+  # Nsight Compute on each "N K ROWS" of SHAPES (default: down double and gate/up double
+  # at 64 rows): the int4 product and cuBLAS's main kernel, once each after the warm-up
+  # (`benchmarks.int4_ncu_probe`), with the sections that say what bounds them
+  # (throughputs, warp stalls, occupancy); the full reports in $OUT (about 20 s a shape).
+  NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+  IFS=';' read -ra shapes <<< "${SHAPES:-1536 12288 64;24576 1536 64}"
+  for shape in "${shapes[@]}"; do
+    name=$(echo "$shape" | tr ' ' '-')
+    # shellcheck disable=SC2086
+    timeout 120 "$NCU" --clock-control none --launch-skip 6 --launch-count 2 \
+      --kernel-name regex:"matmul_int4|gemv|nvjet|gemm" \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section SchedulerStats \
+      python3 -m benchmarks.int4_ncu_probe $shape > "$OUT/ncu-$name.txt" 2>&1
+    echo "ncu $shape exit: $? at ${SECONDS}s"
+    grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Active|Issued Warp" \
+      "$OUT/ncu-$name.txt"
+  done
   ;;
 profile-tables)
   profile_run dp "${TMO:-560}" --variant shipped="--quantize w4a16" \

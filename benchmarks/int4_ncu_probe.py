@@ -1,0 +1,48 @@
+"""One projection shape's int4 product beside bf16 cuBLAS, each launched a few times in
+turn, for Nsight Compute to read (`bash benchmarks/int4_h200.sh ncu`): the engine's
+`kernels.linear` on a W4A16 weight (groups of 32, the pinned table's configuration) and
+`F.linear` on the same weight in bf16, at the rows given. Three rounds warm both up
+(the autotuner, cuBLAS's heuristics), then six rounds run for the profiler to pick from.
+
+    python -m benchmarks.int4_ncu_probe N K ROWS
+
+Prints the configuration the int4 kernel ran; needs a CUDA device with Triton.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+
+from engines.pytorch import int4, kernels
+
+GROUP = 32
+WARM_ROUNDS, PROFILED_ROUNDS = 3, 6
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.int4_ncu_probe", description=__doc__)
+    p.add_argument("n", type=int, help="outputs")
+    p.add_argument("k", type=int, help="inputs (whole groups of 32)")
+    p.add_argument("rows", type=int)
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device")
+    if args.k % GROUP:
+        p.error(f"inputs must be whole groups of {GROUP}: {args.k}")
+    torch.manual_seed(0)
+    weight = torch.randn(args.n, args.k, device="cuda", dtype=torch.bfloat16) / args.k**0.5
+    quantized = int4.quantize(weight, GROUP)
+    x = torch.randn(args.rows, args.k, device="cuda", dtype=torch.bfloat16)
+    for _ in range(WARM_ROUNDS + PROFILED_ROUNDS):
+        kernels.linear(x, quantized)
+        F.linear(x, weight)
+    torch.cuda.synchronize()
+    print("int4 configurations:", kernels.tuned_configs())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
