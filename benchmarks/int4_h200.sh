@@ -58,7 +58,7 @@
 #           Triton's disk cache.
 # INT4_FLAGS: more engine flags for the int4 side of server and profile (for example
 # "--attention-form kernel").
-# Wheels for what the machine lacks are carried in ./.whl (see pytorch_engine_h200.sh);
+# Wheels for what the machine lacks are carried in ./.whl (`benchmarks/device_wheels.sh`);
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \

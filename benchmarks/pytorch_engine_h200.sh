@@ -9,7 +9,8 @@
 #
 # The machine has torch and Triton but reaches no package index: wheels for what else
 # the engine needs (transformers, pydantic, starlette, uvicorn, httptools, orjson,
-# pytest...) are carried in ./.whl and installed into /tmp/site first, if present.
+# pytest...) are carried in ./.whl (`bash benchmarks/device_wheels.sh` downloads them)
+# and installed into /tmp/site first, if present.
 #
 #   OUT=/path/to/out bash benchmarks/pytorch_engine_h200.sh
 set -uo pipefail
