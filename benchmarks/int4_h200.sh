@@ -44,9 +44,9 @@
 #           the q/k norms, rotary and KV write as compiled torch ops before the attention
 #           kernel (`--attention-form kernel`) and inside it (the default,
 #           `normed-kernel`; about 6 minutes);
-#   planar: the planar int4 layout's kernel against `matmul_int4` and cuBLAS at 64 rows,
-#           its block shapes searched within PLANAR_S seconds (default 200;
-#           `benchmarks.int4_planar_h200`);
+#   planar: the planar int4 layout's kernels against the engine's and cuBLAS at 64 rows
+#           and at one row, their block shapes searched within PLANAR_S seconds (default
+#           360; `benchmarks.int4_planar_h200`);
 #   ncu:    Nsight Compute on the int4 product and cuBLAS's at each "N K ROWS" of SHAPES
 #           (";"-separated; default down double and gate/up double at 64 rows): throughputs,
 #           warp stalls, registers and occupancy (`benchmarks.int4_ncu_probe`; about 20 s a
@@ -220,10 +220,10 @@ attention)
     --variant normed="--quantize w4a16 ${INT4_FLAGS:-}"
   ;;
 planar)
-  timeout $(( ${PLANAR_S:-200} + 60 )) python3 -m benchmarks.int4_planar_h200 \
-    --budget-s "${PLANAR_S:-200}" --out "$OUT/planar.json" > "$OUT/planar.log" 2>&1
+  timeout $(( ${PLANAR_S:-360} + 90 )) python3 -m benchmarks.int4_planar_h200 \
+    --budget-s "${PLANAR_S:-360}" --out "$OUT/planar.json" > "$OUT/planar.log" 2>&1
   echo "planar exit: $? at ${SECONDS}s"
-  tail -9 "$OUT/planar.log"
+  tail -15 "$OUT/planar.log"
   ;;
 ncu)
   # Nsight Compute on each "N K ROWS" of SHAPES (default: down double and gate/up double

@@ -1,19 +1,22 @@
-"""A planar int4 layout at 64 rows against the engine's `matmul_int4` and bf16 cuBLAS
-(issue 18; records: `benchmarks/records/2026-12-05-h100-matmul-int4-64-rows.md`).
+"""A planar int4 layout against the engine's int4 kernels and bf16 cuBLAS, at 64 rows and at
+one row (issue 18; records: `benchmarks/records/2026-12-05-h100-matmul-int4-64-rows.md`).
 
 The engine keeps compressed-tensors' layout: nibble i of word j is input 8j + i, so
 `matmul_int4` interleaves the eight dequantized nibble tiles back into input order
 before `tl.dot`, and that tile reaches the tensor cores through shared memory (stores,
-barriers, `ldmatrix`). Here word j of each 128-input chunk holds inputs j, 16 + j, ...,
-112 + j instead: nibble tile i is the 16 inputs from 16 i, one dot of its own, no
-interleave, and Triton loads the words straight into the dot's register layout (built for
-sm_90: no shared-memory round trip, 2 barriers a chunk against 9). Split-K adds into a
-float32 output with atomics (a timing stand-in for the engine's ordered fix-up).
+barriers, `ldmatrix`). In the planar layout (`benchmarks.int4_planar_kernels`) word j of
+each 128-input chunk holds inputs j, 16 + j, ..., 112 + j: nibble tile i is the 16 inputs
+from 16 i, one dot of its own, and Triton loads the words straight into the dot's register
+layout (built for sm_90: no shared-memory store in the loop). Its split-K adds into a
+float32 output with atomics, a timing stand-in for the engine's ordered fix-up. At one
+row, `planar_gemv` against `gemv_int4` says whether the batch-1 path could read the same
+layout.
 
 Each shape's weights stream from DRAM (copies past 256 MB, CUDA graphs, as
-`benchmarks.int4_h200`); the planar kernel's block shapes are searched within BUDGET_S.
+`benchmarks.int4_h200`); the planar kernels' block shapes are searched within the budget,
+shared evenly by the shapes and row counts.
 
-    python -m benchmarks.int4_planar_h200 [--rows 64] [--budget-s 230] [--out planar.json]
+    python -m benchmarks.int4_planar_h200 [--rows 64,1] [--budget-s 230] [--out planar.json]
     TRITON_INTERPRET=1 python -m benchmarks.int4_planar_h200 --dry-run   # on a CPU
     python -m benchmarks.int4_planar_h200 --sass   # each main loop's SASS, on a CPU
 
@@ -32,12 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import triton
-import triton.language as tl
 
-from engines.pytorch.triton_int4 import PAIR_FORMS, _dequantized
-from engines.pytorch.triton_kernels import COMPILED
+from benchmarks.int4_planar_kernels import CHUNK, planar_gemv, planar_int4, planar_pack
 
-CHUNK = 128  # inputs a planar chunk: 16 words of 8 nibbles
 SHAPES = (
     ("qkv sliding", 2560, 1536),
     ("o sliding", 1536, 2048),
@@ -48,126 +48,19 @@ SHAPES = (
 )
 
 
-def _planar_pairs_asm(base: int, one: int, minus_offset: int, fma: str) -> str:
-    # `triton_int4._pairs_asm` with a scale a group: nibbles (i, i + 4) of a planar word
-    # are inputs 16 i + j and 16 (i + 4) + j, of groups i // 2 and i // 2 + 2, so the
-    # pair is scaled by {$9, $11} (i = 0, 1) or {$10, $12} (i = 2, 3).
-    pairs = "".join(
-        f"shr.u32 t, $8, {4 * i}; lop3.b32 t, t, 0x000F000F, {base:#x}, 0xEA; "
-        f"{fma} t, t, one, off; {fma} t, t, {'s02' if i < 2 else 's13'}, zero; "
-        f"mov.b32 {{${i}, ${i + 4}}}, t; "
-        for i in range(4)
-    )
-    constants = f"mov.b32 one, {one:#x}; mov.b32 off, {minus_offset:#x}; mov.b32 zero, 0x80008000; "
-    scales = "mov.b32 s02, {$9, $11}; mov.b32 s13, {$10, $12}; "
-    return "{ .reg .b32 t, s02, s13, one, off, zero; " + scales + constants + pairs + "}"
-
-
-PLANAR_PAIRS_BF16 = tl.constexpr(_planar_pairs_asm(*PAIR_FORMS["bfloat16"]))
-PLANAR_PAIRS_FP16 = tl.constexpr(_planar_pairs_asm(*PAIR_FORMS["float16"]))
-
-
-@triton.jit
-def _group_tiles(
-    wq_ptr, ws_ptr, outs, k0, K, BLOCK_N: tl.constexpr, SCALE_VECTOR: tl.constexpr,
-    dtype: tl.constexpr,
-):  # fmt: skip
-    # A chunk's eight nibble tiles (outputs, 16): tiles 2g and 2g + 1 are group g's
-    # (groups of 32), each scaled by its group's scale.
-    j = tl.arange(0, 16)
-    packed = tl.load(wq_ptr + outs[:, None] * (K // 8) + (k0 // 8 + j)[None, :])
-    scales = ws_ptr + outs * (K // 32) + k0 // 32
-    if SCALE_VECTOR:
-        # The chunk's four scales of each output in one 8-byte load (Triton's pipeliner
-        # copies loads of 4 bytes and more ahead; 2-byte ones stay synchronous).
-        even, odd = tl.split(tl.reshape(
-            tl.load(scales[:, None] + tl.arange(0, 4)[None, :]), (BLOCK_N, 2, 2)
-        ))  # fmt: skip
-        g0, g2 = tl.split(even)
-        g1, g3 = tl.split(odd)
-    else:
-        g0 = tl.load(scales)
-        g1 = tl.load(scales + 1)
-        g2 = tl.load(scales + 2)
-        g3 = tl.load(scales + 3)
-    s0 = tl.broadcast_to(g0[:, None], (BLOCK_N, 16))
-    s1 = tl.broadcast_to(g1[:, None], (BLOCK_N, 16))
-    s2 = tl.broadcast_to(g2[:, None], (BLOCK_N, 16))
-    s3 = tl.broadcast_to(g3[:, None], (BLOCK_N, 16))
-    if COMPILED:
-        return tl.inline_asm_elementwise(
-            PLANAR_PAIRS_BF16 if s0.dtype == tl.bfloat16 else PLANAR_PAIRS_FP16,
-            "=h,=h,=h,=h,=h,=h,=h,=h,r,h,h,h,h", [packed, s0, s1, s2, s3], dtype=(s0.dtype,) * 8,
-            is_pure=True, pack=1,
-        )  # fmt: skip
-    return (
-        _dequantized(packed, s0.to(tl.float32), 0, dtype),
-        _dequantized(packed, s0.to(tl.float32), 1, dtype),
-        _dequantized(packed, s1.to(tl.float32), 2, dtype),
-        _dequantized(packed, s1.to(tl.float32), 3, dtype),
-        _dequantized(packed, s2.to(tl.float32), 4, dtype),
-        _dequantized(packed, s2.to(tl.float32), 5, dtype),
-        _dequantized(packed, s3.to(tl.float32), 6, dtype),
-        _dequantized(packed, s3.to(tl.float32), 7, dtype),
-    )
-
-
-@triton.jit
-def _tile_dot(acc, w, x_ptr, rows, row_ok, k0, K, i: tl.constexpr):
-    cols = k0 + 16 * i + tl.arange(0, 16)
-    x = tl.load(x_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None], other=0.0)
-    return acc + tl.dot(w, tl.trans(x))
-
-
-@triton.jit
-def planar_int4(
-    x_ptr, wq_ptr, ws_ptr, y_ptr, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    SPLIT_K: tl.constexpr, CHUNKS: tl.constexpr, SCALE_VECTOR: tl.constexpr,
-):  # fmt: skip
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    outs = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < M
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    STEP: tl.constexpr = 128 * CHUNKS * SPLIT_K
-    dtype = x_ptr.dtype.element_ty
-    for k1 in range(tl.program_id(2) * 128 * CHUNKS, K, STEP):
-        for c in tl.static_range(CHUNKS):
-            k0 = k1 + 128 * c
-            w0, w1, w2, w3, w4, w5, w6, w7 = _group_tiles(
-                wq_ptr, ws_ptr, outs, k0, K, BLOCK_N, SCALE_VECTOR, dtype
-            )
-            acc = _tile_dot(acc, w0, x_ptr, rows, row_ok, k0, K, 0)
-            acc = _tile_dot(acc, w1, x_ptr, rows, row_ok, k0, K, 1)
-            acc = _tile_dot(acc, w2, x_ptr, rows, row_ok, k0, K, 2)
-            acc = _tile_dot(acc, w3, x_ptr, rows, row_ok, k0, K, 3)
-            acc = _tile_dot(acc, w4, x_ptr, rows, row_ok, k0, K, 4)
-            acc = _tile_dot(acc, w5, x_ptr, rows, row_ok, k0, K, 5)
-            acc = _tile_dot(acc, w6, x_ptr, rows, row_ok, k0, K, 6)
-            acc = _tile_dot(acc, w7, x_ptr, rows, row_ok, k0, K, 7)
-    offsets = outs[:, None] + rows[None, :] * N
-    if SPLIT_K == 1:
-        tl.store(y_ptr + offsets, acc.to(y_ptr.dtype.element_ty), mask=row_ok[None, :])
-    else:
-        tl.atomic_add(y_ptr + offsets, acc, mask=row_ok[None, :], sem="relaxed")
-
-
-def planar_pack(q: Any) -> Any:
-    """(N, K) int4 values in [-8, 7] -> (N, K / 8) int32 words, planar per 128 inputs."""
-    import torch
-
-    n, k = q.shape
-    u = (q.to(torch.int32) + 8).reshape(n, k // CHUNK, 8, 16)
-    words = torch.zeros(n, k // CHUNK, 16, dtype=torch.int32, device=q.device)
-    for i in range(8):
-        words |= u[:, :, i, :] << (4 * i)
-    return words.reshape(n, k // 8)
-
-
 def run_planar(x: Any, words: Any, scale: Any, config: tuple, out: Any = None) -> Any:
-    """x @ w^T; config (BLOCK_M, BLOCK_N, SPLIT_K, CHUNKS, SCALE_VECTOR, warps, stages).
-    With a split, `out` (float32) is zeroed and summed into."""
+    """x @ w^T. One row: config (BLOCK_N, BLOCK_K, warps), `planar_gemv`. More: config
+    (BLOCK_M, BLOCK_N, SPLIT_K, CHUNKS, SCALE_VECTOR, warps, stages), `planar_int4`; with a
+    split, `out` (float32) is zeroed and summed into."""
     import torch
 
+    if len(config) == 3:
+        block_n, block_k, warps = config
+        out = torch.empty(1, words.shape[0], device=x.device, dtype=x.dtype) if out is None else out
+        planar_gemv[(-(-words.shape[0] // block_n),)](
+            x, words, scale, out, words.shape[0], x.shape[1], block_n, block_k, num_warps=warps
+        )  # fmt: skip
+        return out
     block_m, block_n, split, chunks, vector, warps, stages = config
     m, k = x.shape
     n = words.shape[0]
@@ -190,17 +83,40 @@ def dry_run() -> list[dict[str, Any]]:
 
     triton_interpreter.fix()
     torch.manual_seed(0)
-    n, k, m = 64, 512, 5
+    n, k, m = 64, 1536, 5
     packed, scale = int4.quantize((torch.randn(n, k) / k**0.5).to(torch.float16), 32)
     words = planar_pack(int4.unpack(packed, k))
     x = torch.randn(m, k, dtype=torch.float16)
     ref = x.float() @ int4.dequantize(packed, scale, torch.float32).T
     out = []
-    for config in ((64, 64, 1, 1, 0, 4, 1), (64, 64, 2, 1, 1, 4, 1), (64, 32, 2, 2, 1, 4, 1)):
+    matmul = ((64, 64, 1, 1, 0, 4, 1), (64, 64, 2, 1, 1, 4, 1), (64, 32, 2, 2, 1, 4, 1))
+    for config in matmul:
         got = run_planar(x, words, scale, config).float()
         err = float((got - ref).abs().max() / ref.abs().max())
         out.append({"config": list(config), "max_err_over_max": err})
+    # One row, in chunks that end past K (1,024 of 1,536 inputs) and that fit.
+    x1 = x[:1].contiguous()
+    ref1 = x1.float() @ int4.dequantize(packed, scale, torch.float32).T
+    for config in ((8, 1024, 4), (16, 256, 2)):
+        got = run_planar(x1, words, scale, config).float()
+        err = float((got - ref1).abs().max() / ref1.abs().max())
+        out.append({"config": list(config), "max_err_over_max": err})
     return out
+
+
+def _configs(rows: int, n: int, k: int) -> list[tuple]:
+    """The planar block shapes to try, most likely first (`run_planar`'s configs)."""
+    if rows == 1:
+        shapes = itertools.product((8, 4, 16, 2), (1024, 2048, 512, 4096, 8192, 256), (4, 2, 8))
+        return [(bn, bk, w) for bn, bk, w in shapes if bn * bk // 8 // (32 * w) <= 64]
+    splits = (1,) if n >= 8192 else (2, 4, 8)
+    return [
+        (64, block_n, split, chunks, vector, warps, stages)
+        for chunks, stages, (block_n, warps), split, vector in itertools.product(
+            (1, 2), (3, 4), ((64, 4), (128, 8)), splits, (0, 1)
+        )
+        if (k // CHUNK) % (split * chunks) == 0
+    ]
 
 
 def _shape_times(name: str, n: int, k: int, rows: int, seconds_left: float) -> dict[str, Any]:
@@ -229,17 +145,12 @@ def _shape_times(name: str, n: int, k: int, rows: int, seconds_left: float) -> d
     planar = [(words.clone(), scale.clone()) for _ in range(copies)]
     best: tuple | None = None
     deadline = time.monotonic() + seconds_left
-    splits = (1,) if n >= 8192 else (2, 4, 8)
-    for chunks, stages, (block_n, warps), split, vector in itertools.product(
-        (1, 2), (3, 4), ((64, 4), (128, 8)), splits, (0, 1)
-    ):
+    for config in _configs(rows, n, k):
         if time.monotonic() > deadline:
             break
-        if (k // CHUNK) % (split * chunks):
-            continue
-        config = (64, block_n, split, chunks, vector, warps, stages)
         got = run_planar(x, words, scale, config).float()
         err = float((got - ref).abs().max() / ref.abs().max())
+        split = config[2] if len(config) > 3 else 1
         y = torch.empty(rows, n, device="cuda", dtype=torch.float32 if split > 1 else x.dtype)
         us = 1e6 * _timed_graph(
             lambda c=config, y=y: [run_planar(x, a, b, c, y) for a, b in planar]
@@ -252,8 +163,9 @@ def _shape_times(name: str, n: int, k: int, rows: int, seconds_left: float) -> d
     return r
 
 
-def measure(rows: int, budget_s: float) -> list[dict[str, Any]]:
-    return [_shape_times(name, n, k, rows, budget_s / len(SHAPES)) for name, n, k in SHAPES]
+def measure(rows: list[int], budget_s: float) -> list[dict[str, Any]]:
+    each_s = budget_s / len(SHAPES) / len(rows)
+    return [_shape_times(name, n, k, r, each_s) for r in rows for name, n, k in SHAPES]
 
 
 # The instructions a chunk's path through memory shows in SASS: global loads (`LDG`,
@@ -291,6 +203,24 @@ def sass_mix(rows: int = 64) -> list[dict[str, Any]]:
             sizes = {"M": rows, "N": n, "K": k, "M_BUCKET": 64}
             mix = _loop_mix(build_matmul_int4(config, SM90, sizes=sizes))
             out.append({"name": name, "kernel": "matmul_int4", "config": label} | mix)
+    # One row, o sliding (1536 x 2048) as a plain product: the pinned `gemv_int4` against
+    # the planar GEMV at the same block shape.
+    from benchmarks.decode_residency import build_gemv_int4
+
+    label = int4_tuning.pinned_tables()["NVIDIA H200"]["gemv_int4"]["1536,2048,0,0,32"]
+    config = int4_tuning.config_from_label(label)
+    mix = _loop_mix(build_gemv_int4(0, 0, False, config))
+    out.append({"name": "o sliding, 1 row", "kernel": "gemv_int4", "config": label} | mix)
+    block = {"BLOCK_N": config.kwargs["BLOCK_N"], "BLOCK_K": config.kwargs["BLOCK_K"]}
+    gemv_signature = {k: v for k, v in signature.items() if k != "M"}
+    source = ASTSource(
+        fn=planar_gemv, signature=gemv_signature | dict.fromkeys(block, "constexpr"),
+        constexprs=block, attrs={(i,): [["tt.divisibility", 16]] for i in range(6)},
+    )  # fmt: skip
+    built = triton.compile(source, target=SM90, options={"num_warps": config.num_warps})
+    label = f"block_n={block['BLOCK_N']},block_k={block['BLOCK_K']},w={config.num_warps}"
+    out.append({"name": "o sliding, 1 row", "kernel": "planar_gemv", "config": label}
+               | _loop_mix(built))  # fmt: skip
     # The planar kernel's build does not depend on the shape (N and K are arguments).
     for vector in (0, 1):
         constants = {"BLOCK_M": 64, "BLOCK_N": 64, "SPLIT_K": 1, "CHUNKS": 1,
@@ -312,7 +242,7 @@ def _write(path: str | None, record: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.int4_planar_h200", description=__doc__)
-    p.add_argument("--rows", type=int, default=64)
+    p.add_argument("--rows", default="64,1", help="row counts, comma-separated (1: the GEMV)")
     p.add_argument("--budget-s", type=float, default=230.0)
     p.add_argument("--out")
     p.add_argument("--dry-run", action="store_true", help="the arithmetic in Triton's interpreter")
@@ -321,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.sass:
-        mixes = sass_mix(args.rows)
+        mixes = sass_mix()
         print("| shape | kernel | config | loop | " + " | ".join(SASS_OPS) + " |")
         print("| --- " * (4 + len(SASS_OPS)) + "|")
         for m in mixes:
@@ -341,15 +271,18 @@ def main(argv: list[str] | None = None) -> int:
 
     if not torch.cuda.is_available():
         p.error("needs a CUDA device (or --dry-run)")
-    results = measure(args.rows, args.budget_s)
-    print(torch.cuda.get_device_name(), f"{args.rows} rows, weights streamed, groups of 32")
-    print("| shape | bf16 cuBLAS us | matmul_int4 us | planar us | planar (bm, bn, split, "
-          "chunks, vector scales, warps, stages) | planar error |")  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- |")
+    rows = [int(r) for r in args.rows.split(",") if r]
+    results = measure(rows, args.budget_s)
+    print(torch.cuda.get_device_name(), "weights streamed, groups of 32; planar config: "
+          "(bn, bk, warps) at one row, else (bm, bn, split, chunks, vector scales, warps, "
+          "stages)")  # fmt: skip
+    print("| rows | shape | bf16 cuBLAS us | engine int4 us | planar us | planar config | "
+          "planar error |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         planar = "n/a" if r["planar_us"] is None else f"{r['planar_us']:.1f}"
-        print(f"| {r['name']} | {r['cublas_us']:.1f} | {r['shipped_us']:.1f} | {planar} | "
-              f"{r['planar_config']} | {r['planar_err']} |")  # fmt: skip
+        print(f"| {r['rows']} | {r['name']} | {r['cublas_us']:.1f} | {r['shipped_us']:.1f} | "
+              f"{planar} | {r['planar_config']} | {r['planar_err']} |")  # fmt: skip
     _write(args.out, {"gpu": torch.cuda.get_device_name(), "shapes": results})
     return 0
 

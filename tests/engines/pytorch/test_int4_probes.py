@@ -20,7 +20,7 @@ pytest.importorskip("triton")
 
 
 def test_the_planar_layout_puts_each_nibble_tile_on_sixteen_consecutive_inputs() -> None:
-    from benchmarks.int4_planar_h200 import planar_pack
+    from benchmarks.int4_planar_kernels import planar_pack
 
     q = (torch.arange(2 * 256) % 16 - 8).reshape(2, 256).to(torch.int8)
     words = planar_pack(q)
@@ -38,8 +38,9 @@ def test_the_planar_benchmarks_dry_run_matches_dequantize_then_matmul(tmp_path: 
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     checks = json.loads(out.read_text())["dry_run"]
-    assert len(checks) == 3 and all(c["max_err_over_max"] < 2e-3 for c in checks), checks
-    assert any(c["config"][2] > 1 for c in checks), "a split-K configuration"
+    assert len(checks) == 5 and all(c["max_err_over_max"] < 2e-3 for c in checks), checks
+    assert any(len(c["config"]) > 3 and c["config"][2] > 1 for c in checks), "a split-K tile"
+    assert [c["config"] for c in checks if len(c["config"]) == 3] == [[8, 1024, 4], [16, 256, 2]]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a CPU-only machine")
@@ -70,3 +71,5 @@ def test_the_planar_kernel_feeds_the_tensor_cores_without_a_shared_memory_round_
     assert len(planar) == 2 and len(shipped) == 6, mixes
     assert all(m["STS"] == 0 and m["HGMMA"] == 8 for m in planar), planar
     assert all(m["STS"] > 0 for m in shipped), shipped
+    one_row = {m["kernel"] for m in mixes if m["name"] == "o sliding, 1 row"}
+    assert one_row == {"gemv_int4", "planar_gemv"}, mixes
