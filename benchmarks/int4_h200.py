@@ -32,12 +32,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmarks.gemv_h200 import SHAPES, _timed_graph
+from benchmarks.gemv_h200 import MIN_STREAM_BYTES, SHAPES, _timed_graph
 from engines.pytorch import int4, int4_tuning, kernels
 from engines.pytorch.stepbench import copy_bandwidth
 
 GROUP = 32
-MIN_STREAM_BYTES = 256 << 20
 
 
 def _tinygemm(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

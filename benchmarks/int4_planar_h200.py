@@ -36,15 +36,15 @@ from typing import Any
 
 import triton
 
+from benchmarks.gemv_h200 import MIN_STREAM_BYTES, _timed_graph
+from benchmarks.gemv_h200 import SHAPES as STEP_SHAPES
 from benchmarks.int4_planar_kernels import CHUNK, planar_gemv, planar_int4, planar_pack
 
-SHAPES = (
-    ("qkv sliding", 2560, 1536),
-    ("o sliding", 1536, 2048),
-    ("gate_up", 12288, 1536),
-    ("gate_up double", 24576, 1536),
-    ("down", 1536, 6144),
-    ("down double", 1536, 12288),
+# The six projections of a decode step that the int4 products lose or win on at 64 rows.
+SHAPES = tuple(
+    (name, n, k)
+    for name, n, k, _count in STEP_SHAPES
+    if name in ("qkv sliding", "o sliding", "gate_up", "gate_up double", "down", "down double")
 )
 
 
@@ -125,7 +125,6 @@ def _shape_times(name: str, n: int, k: int, rows: int, seconds_left: float) -> d
     import torch
     import torch.nn.functional as F
 
-    from benchmarks.gemv_h200 import _timed_graph
     from engines.pytorch import int4, kernels
 
     torch.manual_seed(0)
@@ -134,12 +133,13 @@ def _shape_times(name: str, n: int, k: int, rows: int, seconds_left: float) -> d
     words = planar_pack(int4.unpack(packed, k))
     x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
     ref = x.float() @ kernels.dense((packed, scale), torch.float32).T
-    copies = max(1, math.ceil((256 << 20) / (n * k // 2 + n * k // 16)))
+    copies = max(1, math.ceil(MIN_STREAM_BYTES / (n * k // 2 + n * k // 16)))
     ours = [(packed.clone(), scale.clone()) for _ in range(copies)]
     r: dict[str, Any] = {"name": name, "N": n, "K": k, "rows": rows}
     r["shipped_us"] = 1e6 * _timed_graph(lambda: [kernels.linear(x, o) for o in ours]) / copies
     ours.clear()
-    dense = [w.clone() for _ in range(max(1, math.ceil((256 << 20) / (n * k * 2))))]
+    dense_copies = max(1, math.ceil(MIN_STREAM_BYTES / (n * k * 2)))
+    dense = [w.clone() for _ in range(dense_copies)]
     r["cublas_us"] = 1e6 * _timed_graph(lambda: [F.linear(x, d) for d in dense]) / len(dense)
     dense.clear()
     planar = [(words.clone(), scale.clone()) for _ in range(copies)]
