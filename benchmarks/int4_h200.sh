@@ -51,6 +51,10 @@
 #           (";"-separated; default down double and gate/up double at 64 rows): throughputs,
 #           warp stalls, registers and occupancy (`benchmarks.int4_ncu_probe`; about 20 s a
 #           shape);
+#   memory: `--quantize w4a16`'s memory: `benchmarks.int4_quantize_memory` (E2B's per-layer
+#           table quantized by rows against in one pass), then the model step benchmark's
+#           peaks at load and over the steps, bf16 and int4, at 1 and 64 rows (about 3
+#           minutes);
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
@@ -290,6 +294,27 @@ server-int4)
   echo "benchmark exit: $?"
   grep "^|\|ERROR" "$OUT/bench.log"
   rm -rf "$OUT"/eng/sweep*
+  ;;
+memory)
+  timeout 240 python3 -m benchmarks.int4_quantize_memory > "$OUT/quantize-memory.log" 2>&1
+  echo "quantize memory exit: $? at ${SECONDS}s"; cat "$OUT/quantize-memory.log"
+  for q in none w4a16; do
+    # shellcheck disable=SC2086
+    timeout 150 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1,64 --steps 4 \
+      --quantize "$q" --out "$OUT/memory-$q.json" > "$OUT/memory-$q.log" 2>&1
+    echo "step $q exit: $? at ${SECONDS}s"
+  done
+  python3 - "$OUT" <<'PY'
+import json, sys
+for q in ("none", "w4a16"):
+    try:
+        r = json.load(open(f"{sys.argv[1]}/memory-{q}.json"))
+    except (OSError, ValueError) as e:
+        print(q, "no result:", e)
+        continue
+    gb = {k: round(v / 1e9, 2) for k, v in r.items() if k.endswith("_bytes") and v}
+    print(q, gb)
+PY
   ;;
 server)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused

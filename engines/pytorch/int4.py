@@ -21,6 +21,7 @@ dequantizes instead and runs its dense path (`dequantize_into`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,12 @@ PER_WORD = 32 // BITS
 DEFAULT_GROUP_SIZE = 32
 # compressed-tensors' symmetric scale: max|w| / ((qmax - qmin) / 2).
 SCALE_DIVISOR = (QMAX - QMIN) / 2
+# Values `quantize`, `dequantize`, `pack` and `unpack` work on at a time: their float32
+# and int32 temporaries are several times the weight's size. Whole, on E2B's per-layer
+# embedding table (262,144 x 8,960), they made int4's peak on an H200 76 GB against
+# bf16's 22 (records: `2026-12-06-h200-same-run-targets.md`). By rows each stays about
+# 64 MB; rows are independent, so the values are the same.
+CHUNK_VALUES = 1 << 24
 
 Int4 = tuple[torch.Tensor, torch.Tensor]  # (packed int32 (N, K/8), scale (N, K/group))
 TENSOR_NAMES = ("weight_packed", "weight_scale", "weight_shape")
@@ -52,23 +59,36 @@ class Int4FormatError(BenchError, ValueError):
     """An int4 tensor set that does not fit the format (shapes, dtypes, group size)."""
 
 
+def _row_chunks(rows: int, cols: int) -> Iterator[slice]:
+    """Slices of at most CHUNK_VALUES values each (whole rows, at least one)."""
+    step = max(1, CHUNK_VALUES // max(cols, 1))
+    for start in range(0, rows, step):
+        yield slice(start, min(rows, start + step))
+
+
 def pack(q: torch.Tensor) -> torch.Tensor:
     """Signed int4 values (N, K) in [-8, 7] -> int32 words (N, ceil(K / 8))."""
     rows, cols = q.shape
     words = -(-cols // PER_WORD)
-    u = (q.to(torch.int32) + OFFSET) & 0xF
-    u = F.pad(u, (0, words * PER_WORD - cols)).view(rows, words, PER_WORD)
+    out = torch.empty(rows, words, dtype=torch.int32, device=q.device)
     shifts = torch.arange(PER_WORD, device=q.device, dtype=torch.int32) * BITS
-    # Disjoint bit fields: the sum is their OR; int32 wraps the top nibble into the sign.
-    return (u << shifts).sum(dim=-1, dtype=torch.int64).to(torch.int32).view(rows, words)
+    for part in _row_chunks(rows, cols):
+        u = (q[part].to(torch.int32) + OFFSET) & 0xF
+        u = F.pad(u, (0, words * PER_WORD - cols)).view(-1, words, PER_WORD)
+        # Disjoint bit fields: the sum is their OR; int32 wraps the top nibble into the sign.
+        out[part] = (u << shifts).sum(dim=-1, dtype=torch.int64).to(torch.int32)
+    return out
 
 
 def unpack(packed: torch.Tensor, cols: int) -> torch.Tensor:
     """int32 words (N, W) -> signed int4 values (N, cols) as int8."""
     rows, words = packed.shape
+    out = torch.empty(rows, cols, dtype=torch.int8, device=packed.device)
     shifts = torch.arange(PER_WORD, device=packed.device, dtype=torch.int32) * BITS
-    u = (packed[:, :, None] >> shifts) & 0xF
-    return (u.view(rows, words * PER_WORD)[:, :cols] - OFFSET).to(torch.int8)
+    for part in _row_chunks(rows, words * PER_WORD):
+        u = (packed[part, :, None] >> shifts) & 0xF
+        out[part] = (u.view(-1, words * PER_WORD)[:, :cols] - OFFSET).to(torch.int8)
+    return out
 
 
 def group_size_of(packed: torch.Tensor, scale: torch.Tensor) -> int:
@@ -77,10 +97,13 @@ def group_size_of(packed: torch.Tensor, scale: torch.Tensor) -> int:
 
 def dequantize(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """q * scale, (N, K) in `dtype`, computed in float32 and rounded once."""
-    cols = packed.shape[1] * PER_WORD
-    group = cols // scale.shape[1]
-    q = unpack(packed, cols).float().view(packed.shape[0], scale.shape[1], group)
-    return (q * scale.float()[:, :, None]).view(packed.shape[0], cols).to(dtype)
+    rows, cols = packed.shape[0], packed.shape[1] * PER_WORD
+    groups = scale.shape[1]
+    out = torch.empty(rows, cols, dtype=dtype, device=packed.device)
+    for part in _row_chunks(rows, cols):
+        q = unpack(packed[part], cols).float().view(-1, groups, cols // groups)
+        out[part] = (q * scale[part].float()[:, :, None]).view(-1, cols).to(dtype)
+    return out
 
 
 def quantize(weight: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> Int4:
@@ -93,14 +116,23 @@ def quantize(weight: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> Int4
             f"group size {group_size} must be a multiple of {PER_WORD} dividing the "
             f"input width {cols}"
         )
-    w = weight.detach().float().view(rows, cols // group_size, group_size)
+    packed = torch.empty(rows, cols // PER_WORD, dtype=torch.int32, device=weight.device)
+    scale = torch.empty(rows, cols // group_size, dtype=weight.dtype, device=weight.device)
+    for part in _row_chunks(rows, cols):
+        packed[part], scale[part] = _quantized_rows(weight[part].detach(), group_size)
+    return packed, scale
+
+
+def _quantized_rows(weight: torch.Tensor, group_size: int) -> Int4:
+    rows, cols = weight.shape
+    w = weight.float().view(rows, cols // group_size, group_size)
     scale = (w.abs().amax(dim=-1) / SCALE_DIVISOR).to(weight.dtype)
     # An all-zero group gets the dtype's epsilon, as compressed-tensors gives it.
     scale = torch.where(scale == 0, torch.finfo(weight.dtype).eps, scale)
     # w / scale in the weight's dtype, then rounded: compressed-tensors' `quantize` order.
-    ratio = weight.detach().view(rows, cols // group_size, group_size) / scale[:, :, None]
+    ratio = weight.view(rows, cols // group_size, group_size) / scale[:, :, None]
     q = torch.clamp(torch.round(ratio.float()), QMIN, QMAX).to(torch.int8)
-    return pack(q.view(rows, cols)), scale.contiguous()
+    return pack(q.view(rows, cols)), scale
 
 
 def check(name: str, packed: torch.Tensor, scale: torch.Tensor, shape: tuple[int, int]) -> int:

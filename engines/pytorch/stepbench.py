@@ -331,6 +331,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         quantize=args.quantize,
         int4_configs=args.int4_configs,
     )
+    load_peak_bytes = None
+    if loaded.device.type == "cuda":
+        # Loading (and `--quantize`'s temporaries) has its own peak, apart from the steps'.
+        load_peak_bytes = torch.cuda.max_memory_reserved(loaded.device)
+        torch.cuda.reset_peak_memory_stats(loaded.device)
     runner = ModelRunner(
         loaded,
         num_slots=max(*batches, args.profile_prefill),
@@ -377,6 +382,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         # The most the caching allocator held while the steps ran: the weights, the KV
         # pools and the decode graphs' pool (their workspaces included).
         result["cuda_memory_reserved_peak_bytes"] = torch.cuda.max_memory_reserved(loaded.device)
+        result["cuda_memory_reserved_peak_load_bytes"] = load_peak_bytes
         bw = copy_bandwidth(loaded.device)
         result["copy_bandwidth_gb_s"] = bw / 1e9
         result["roofline_step_ms"] = 1e3 * result["weight_bytes_streamed"] / bw

@@ -112,6 +112,25 @@ def test_round_to_nearest_matches_compressed_tensors(dtype: torch.dtype, group: 
     assert torch.equal(int4.unpack(packed, 256), want_q)
 
 
+@pytest.mark.parametrize("chunk_values", [1, 200, 1000])
+def test_passes_by_rows_give_the_values_of_one_pass(
+    chunk_values: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Row chunks bound the temporaries (`int4.CHUNK_VALUES`); rows are independent, so
+    # chunks of one row, of a few rows and of a part of a row all give the same values.
+    gen = torch.Generator().manual_seed(chunk_values)
+    weight = (torch.randn(13, 256, generator=gen) * 0.05).to(torch.bfloat16)
+    whole_packed, whole_scale = int4.quantize(weight, 32)
+    whole_dense = int4.dequantize(whole_packed, whole_scale, torch.float32)
+    monkeypatch.setattr(int4, "CHUNK_VALUES", chunk_values)
+    packed, scale = int4.quantize(weight, 32)
+    assert torch.equal(packed, whole_packed) and torch.equal(scale, whole_scale)
+    assert torch.equal(int4.dequantize(packed, scale, torch.float32), whole_dense)
+    q = int4.unpack(packed, 256)
+    assert torch.equal(q, unpack_from_int32(whole_packed, 4, torch.Size((13, 256))))
+    assert torch.equal(int4.pack(q), whole_packed)
+
+
 def test_checkpoint_values_equal_the_librarys_decompression(ct_checkpoint: Path) -> None:
     loaded = load_model(str(ct_checkpoint), device="cpu")
     quant = loaded.quantization

@@ -1,7 +1,7 @@
 """The int4 benchmarks that only a GPU measures, checked where CI runs: the planar
-layout's kernel (`benchmarks/int4_planar_h200.py`) in Triton's interpreter, and the
+layout's kernel (`benchmarks/int4_planar_h200.py`) in Triton's interpreter, the
 Nsight Compute probe (`benchmarks/int4_ncu_probe.py`) refusing, in one line, a machine
-with no CUDA device."""
+with no CUDA device, and the quantize memory benchmark's CPU form."""
 
 from __future__ import annotations
 
@@ -73,3 +73,14 @@ def test_the_planar_kernel_feeds_the_tensor_cores_without_a_shared_memory_round_
     assert all(m["STS"] > 0 for m in shipped), shipped
     one_row = {m["kernel"] for m in mixes if m["name"] == "o sliding, 1 row"}
     assert one_row == {"gemv_int4", "planar_gemv"}, mixes
+
+
+def test_the_quantize_memory_benchmark_runs_both_passes_on_the_cpu() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.int4_quantize_memory", "--device", "cpu",
+         "--rows", "64", "--cols", "256"],
+        cwd=interpreter_child.ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = [line.split(" | ")[0] for line in proc.stdout.splitlines() if line.startswith("| ")]
+    assert table[2:] == ["| by rows (shipped)", "| whole weight"]
