@@ -80,6 +80,30 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem,power.limit --format=csv,no
 STEP_FLAGS="--model random:gemma-4-e2b --decode-attention batched --cuda-graphs on \
   --fused-norms on --decode-program on --triton-gemv on"
 left() { echo $(( ${BUDGET_S:-540} - SECONDS )); }
+# The model step benchmark in bf16, then int4 ($1 names its files; then more stepbench
+# flags), and a line each: step times (each waited / queued), greedy tokens, memory in GB.
+step_pair() {
+  local name=$1; shift
+  for q in none w4a16; do
+    # shellcheck disable=SC2086
+    timeout 100 python3 -m engines.pytorch.stepbench $STEP_FLAGS --quantize "$q" "$@" \
+      --out "$OUT/$name-$q.json" > "$OUT/$name-$q.log" 2>&1
+    echo "$name $q exit: $? at ${SECONDS}s"
+  done
+  python3 - "$OUT" "$name" <<'PY'
+import json, sys
+for q in ("none", "w4a16"):
+    try:
+        d = json.load(open(f"{sys.argv[1]}/{sys.argv[2]}-{q}.json"))
+    except (OSError, ValueError) as e:
+        print(q, "no result:", e)
+        continue
+    print(q, "step ms (each waited / queued):", [(r["batch"], round(r["decode_step_ms_median"], 3),
+          round(r.get("decode_step_ms_queued", float("nan")), 3)) for r in d["decode"]],
+          "tokens", d.get("greedy_tokens_batch1"),
+          "GB", {k: round(v / 1e9, 2) for k, v in d.items() if "bytes" in k and v})
+PY
+}
 # The served step profiled (`benchmarks.decode_profile`, 16 steps): $1 names its folder and
 # log under $OUT, $2 is its time limit, the rest are its flags (--variant, --requests).
 profile_run() {
@@ -151,24 +175,7 @@ all)
     timeout 150 python3 -m benchmarks.int4_h200 --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
     echo "layers exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/layers.log" | tail -14
   fi
-  for q in none w4a16; do
-    # shellcheck disable=SC2086
-    timeout 100 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1,8,64 \
-      --quantize "$q" --check-tokens 24 --profile --out "$OUT/step-$q.json" \
-      > "$OUT/step-$q.log" 2>&1
-    echo "step $q exit: $? at ${SECONDS}s"
-  done
-  python3 - "$OUT" <<'PY'
-import json, sys
-for q in ("none", "w4a16"):
-    try:
-        d = json.load(open(f"{sys.argv[1]}/step-{q}.json"))
-    except OSError:
-        continue
-    print(q, "step ms (each waited / queued):", [(r["batch"], round(r["decode_step_ms_median"], 3),
-          round(r.get("decode_step_ms_queued", float("nan")), 3)) for r in d["decode"]],
-          "tokens", d.get("greedy_tokens_batch1"))
-PY
+  step_pair step --batches 1,8,64 --check-tokens 24 --profile
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
   SERVER_S=$(( $(left) - 40 ))
@@ -298,23 +305,7 @@ server-int4)
 memory)
   timeout 240 python3 -m benchmarks.int4_quantize_memory > "$OUT/quantize-memory.log" 2>&1
   echo "quantize memory exit: $? at ${SECONDS}s"; cat "$OUT/quantize-memory.log"
-  for q in none w4a16; do
-    # shellcheck disable=SC2086
-    timeout 150 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1,64 --steps 4 \
-      --quantize "$q" --out "$OUT/memory-$q.json" > "$OUT/memory-$q.log" 2>&1
-    echo "step $q exit: $? at ${SECONDS}s"
-  done
-  python3 - "$OUT" <<'PY'
-import json, sys
-for q in ("none", "w4a16"):
-    try:
-        r = json.load(open(f"{sys.argv[1]}/memory-{q}.json"))
-    except (OSError, ValueError) as e:
-        print(q, "no result:", e)
-        continue
-    gb = {k: round(v / 1e9, 2) for k, v in r.items() if k.endswith("_bytes") and v}
-    print(q, gb)
-PY
+  step_pair memory --batches 1,64 --steps 4
   ;;
 server)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
