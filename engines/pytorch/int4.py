@@ -84,11 +84,16 @@ def unpack(packed: torch.Tensor, cols: int) -> torch.Tensor:
     """int32 words (N, W) -> signed int4 values (N, cols) as int8."""
     rows, words = packed.shape
     out = torch.empty(rows, cols, dtype=torch.int8, device=packed.device)
-    shifts = torch.arange(PER_WORD, device=packed.device, dtype=torch.int32) * BITS
     for part in _row_chunks(rows, words * PER_WORD):
-        u = (packed[part, :, None] >> shifts) & 0xF
-        out[part] = (u.view(-1, words * PER_WORD)[:, :cols] - OFFSET).to(torch.int8)
+        out[part] = _unpacked(packed[part], cols)
     return out
+
+
+def _unpacked(packed: torch.Tensor, cols: int) -> torch.Tensor:
+    rows, words = packed.shape
+    shifts = torch.arange(PER_WORD, device=packed.device, dtype=torch.int32) * BITS
+    u = (packed[:, :, None] >> shifts) & 0xF
+    return (u.view(rows, words * PER_WORD)[:, :cols] - OFFSET).to(torch.int8)
 
 
 def group_size_of(packed: torch.Tensor, scale: torch.Tensor) -> int:
@@ -98,12 +103,19 @@ def group_size_of(packed: torch.Tensor, scale: torch.Tensor) -> int:
 def dequantize(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """q * scale, (N, K) in `dtype`, computed in float32 and rounded once."""
     rows, cols = packed.shape[0], packed.shape[1] * PER_WORD
-    groups = scale.shape[1]
     out = torch.empty(rows, cols, dtype=dtype, device=packed.device)
     for part in _row_chunks(rows, cols):
-        q = unpack(packed[part], cols).float().view(-1, groups, cols // groups)
-        out[part] = (q * scale[part].float()[:, :, None]).view(-1, cols).to(dtype)
+        out[part] = _dequantized(packed[part], scale[part], dtype)
     return out
+
+
+def _dequantized(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    # `dequantize` in one pass: also for an embedding's gathered rows inside a compiled
+    # program, where a Python loop over their (dynamic) count would specialize on it.
+    rows, cols = packed.shape[0], packed.shape[1] * PER_WORD
+    groups = scale.shape[1]
+    q = _unpacked(packed, cols).float().view(rows, groups, cols // groups)
+    return (q * scale.float()[:, :, None]).view(rows, cols).to(dtype)
 
 
 def quantize(weight: torch.Tensor, group_size: int = DEFAULT_GROUP_SIZE) -> Int4:
@@ -202,7 +214,7 @@ class Int4Linear(nn.Module):
 def embedding(tokens: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Rows `tokens` of an int4 table, dequantized: (..., dim) in the scale's dtype."""
     flat = tokens.reshape(-1)
-    rows = dequantize(packed[flat], scale[flat], scale.dtype)
+    rows = _dequantized(packed[flat], scale[flat], scale.dtype)
     return rows.view(*tokens.shape, rows.shape[-1])
 
 
