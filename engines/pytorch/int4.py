@@ -301,8 +301,12 @@ def dequantize_into(model: nn.Module, name: str, packed: torch.Tensor, scale: to
     if not isinstance(module, nn.Linear | nn.Embedding):
         raise Int4FormatError(f"{name} is a {type(module).__name__}, not a Linear or Embedding")
     weight = module.weight
+    rows, cols = weight.shape
     with torch.no_grad():
-        weight.copy_(dequantize(packed, scale, weight.dtype).to(weight.device))
+        # By rows, straight into the weight: no second dense copy of a large table.
+        for part in _row_chunks(rows, cols):
+            dense = _dequantized(packed[part], scale[part], weight.dtype)
+            weight[part].copy_(dense.to(weight.device))
     return "embedding" if isinstance(module, nn.Embedding) else "linear"
 
 
