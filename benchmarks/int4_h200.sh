@@ -51,6 +51,9 @@
 #           (";"-separated; default down double and gate/up double at 64 rows): throughputs,
 #           warp stalls, registers and occupancy (`benchmarks.int4_ncu_probe`; about 20 s a
 #           shape);
+#   ple-pair: E2B's per-layer gate and projection, 35 layers chained in a CUDA graph, as the
+#           engine's two launches a layer against one fused launch at a few block shapes
+#           (`benchmarks.ple_pair_h200`; about 1 minute);
 #   memory: `--quantize w4a16`'s memory: `benchmarks.int4_quantize_memory` (E2B's per-layer
 #           table quantized by rows against in one pass), then the model step benchmark's
 #           peaks at load and over the steps, bf16 and int4, at 1 and 64 rows (about 3
@@ -301,6 +304,11 @@ server-int4)
   echo "benchmark exit: $?"
   grep "^|\|ERROR" "$OUT/bench.log"
   rm -rf "$OUT"/eng/sweep*
+  ;;
+ple-pair)
+  timeout 240 python3 -m benchmarks.ple_pair_h200 --out "$OUT/ple_pair.json" \
+    > "$OUT/ple_pair.log" 2>&1
+  echo "ple pair exit: $? at ${SECONDS}s"; tail -12 "$OUT/ple_pair.log"
   ;;
 memory)
   timeout 240 python3 -m benchmarks.int4_quantize_memory > "$OUT/quantize-memory.log" 2>&1

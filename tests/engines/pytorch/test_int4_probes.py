@@ -1,7 +1,9 @@
 """The int4 benchmarks that only a GPU measures, checked where CI runs: the planar
 layout's kernel (`benchmarks/int4_planar_h200.py`) in Triton's interpreter, the
 Nsight Compute probe (`benchmarks/int4_ncu_probe.py`) refusing, in one line, a machine
-with no CUDA device, and the quantize memory benchmark's CPU form."""
+with no CUDA device, the quantize memory benchmark's CPU form, and the per-layer pair
+fused into one kernel (`benchmarks/ple_pair_h200.py`) in the interpreter and built for
+sm_90."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -29,15 +32,20 @@ def test_the_planar_layout_puts_each_nibble_tile_on_sixteen_consecutive_inputs()
         assert (word >> (4 * i)) & 0xF == int(q[1, 128 * chunk + 16 * i + j]) + 8
 
 
-def test_the_planar_benchmarks_dry_run_matches_dequantize_then_matmul(tmp_path: Path) -> None:
-    out = tmp_path / "planar.json"
+def _dry_run(module: str, out: Path) -> list[dict[str, Any]]:
+    """A benchmark's `--dry-run` in Triton's interpreter, in its own process: its checks."""
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.int4_planar_h200", "--dry-run", "--out", str(out)],
+        [sys.executable, "-m", module, "--dry-run", "--out", str(out)],
         env={**os.environ, "TRITON_INTERPRET": "1"},
         cwd=interpreter_child.ROOT, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    checks = json.loads(out.read_text())["dry_run"]
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-2000:]
+    checks: list[dict[str, Any]] = json.loads(out.read_text())["dry_run"]
+    return checks
+
+
+def test_the_planar_benchmarks_dry_run_matches_dequantize_then_matmul(tmp_path: Path) -> None:
+    checks = _dry_run("benchmarks.int4_planar_h200", tmp_path / "planar.json")
     assert len(checks) == 5 and all(c["max_err_over_max"] < 2e-3 for c in checks), checks
     assert any(len(c["config"]) > 3 and c["config"][2] > 1 for c in checks), "a split-K tile"
     assert [c["config"] for c in checks if len(c["config"]) == 3] == [[8, 1024, 4], [16, 256, 2]]
@@ -84,3 +92,19 @@ def test_the_quantize_memory_benchmark_runs_both_passes_on_the_cpu() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = [line.split(" | ")[0] for line in proc.stdout.splitlines() if line.startswith("| ")]
     assert table[2:] == ["| by rows (shipped)", "| whole weight"]
+
+
+def test_the_fused_per_layer_pair_computes_what_the_engines_two_kernels_do(
+    tmp_path: Path,
+) -> None:
+    checks = _dry_run("benchmarks.ple_pair_h200", tmp_path / "ple_pair.json")
+    assert {c["scalar"] for c in checks} == {True, False}
+    assert all(c["ok"] for c in checks), checks
+
+
+def test_every_fused_pair_config_builds_for_sm90() -> None:
+    from benchmarks.ple_pair_h200 import CONFIGS, builds
+
+    built = builds()
+    assert [b["config"] for b in built] == [list(c) for c in CONFIGS]
+    assert all(0 < b["registers"] <= 255 for b in built)
