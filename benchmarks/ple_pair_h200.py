@@ -75,10 +75,6 @@ def ple_pair_int4(
     )  # fmt: skip
 
 
-def _pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
-
-
 def fused(layer: dict[str, Any], x: Any, config: tuple[int, int, int]) -> Any:
     """The layer's pair through `ple_pair_int4`: the new residual row."""
     import torch
@@ -100,8 +96,8 @@ def fused(layer: dict[str, Any], x: Any, config: tuple[int, int, int]) -> Any:
         torch.empty(1, hidden, dtype=x.dtype, device=x.device), out,
         kernels._residual_counter(x.device), per_layer, hidden, 1e-6,
         SCALE=scalar is not None, GROUP=hidden // wgs.shape[1], PDL=pdl,
-        GATE_BLOCK_N=_pow2(per_layer), GATE_BLOCK_K=gate_block_k, BLOCK_N=block_n,
-        BLOCK_K=_pow2(per_layer), num_warps=warps, launch_pdl=pdl,
+        GATE_BLOCK_N=triton.next_power_of_2(per_layer), GATE_BLOCK_K=gate_block_k, BLOCK_N=block_n,
+        BLOCK_K=triton.next_power_of_2(per_layer), num_warps=warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 

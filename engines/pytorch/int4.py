@@ -100,10 +100,14 @@ def group_size_of(packed: torch.Tensor, scale: torch.Tensor) -> int:
     return packed.shape[1] * PER_WORD // scale.shape[1]
 
 
-def dequantize(packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """q * scale, (N, K) in `dtype`, computed in float32 and rounded once."""
+def dequantize(
+    packed: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None
+) -> torch.Tensor:
+    """q * scale, (N, K) in `dtype`, computed in float32 and rounded once; into `out` (on
+    any device) where given, rows at a time, with no second dense copy."""
     rows, cols = packed.shape[0], packed.shape[1] * PER_WORD
-    out = torch.empty(rows, cols, dtype=dtype, device=packed.device)
+    if out is None:
+        out = torch.empty(rows, cols, dtype=dtype, device=packed.device)
     for part in _row_chunks(rows, cols):
         out[part] = _dequantized(packed[part], scale[part], dtype)
     return out
@@ -301,12 +305,8 @@ def dequantize_into(model: nn.Module, name: str, packed: torch.Tensor, scale: to
     if not isinstance(module, nn.Linear | nn.Embedding):
         raise Int4FormatError(f"{name} is a {type(module).__name__}, not a Linear or Embedding")
     weight = module.weight
-    rows, cols = weight.shape
     with torch.no_grad():
-        # By rows, straight into the weight: no second dense copy of a large table.
-        for part in _row_chunks(rows, cols):
-            dense = _dequantized(packed[part], scale[part], weight.dtype)
-            weight[part].copy_(dense.to(weight.device))
+        dequantize(packed, scale, weight.dtype, out=weight)
     return "embedding" if isinstance(module, nn.Embedding) else "linear"
 
 
