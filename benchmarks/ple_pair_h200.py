@@ -17,8 +17,10 @@ arithmetic is the engine's.
 The benchmark times E2B's pair as a chain in one CUDA graph, each layer with its own
 weights and enough layers that they stream from DRAM (as a step's do): the engine's two
 launches a layer against the fused launch at a few block shapes, and the largest
-difference of the layer outputs. Not the engine's yet: it says whether wiring the pair
-into the decode program is worth it.
+difference of the layer outputs. Refused: one program computing the whole gate costs
+far more than the boundary it saves, alone and in the served step
+(`benchmarks/records/2026-12-06-h100-ple-pair-refused.md`); the benchmark stays as what
+was tried.
 
     python -m benchmarks.ple_pair_h200 [--out ple_pair.json]
     TRITON_INTERPRET=1 python -m benchmarks.ple_pair_h200 --dry-run   # on a CPU
