@@ -1,12 +1,12 @@
 """Static residency of the batch-1 int4 decode step's kernels on an H200, on a machine
 with no GPU: each kernel of a Gemma 4 E2B layer, in the order the step launches them,
 built for sm_90 at the configuration the pinned table names (`int4_tuning`), with its
-registers a thread (`ptxas -v`), its shared memory, its programs, how many of them an SM
-holds, and what its SASS does after `griddepcontrol.wait` (its serial path once the
-kernel before has ended): barriers, instructions, global loads and how many of those are
-2 bytes or narrower. Then, for each kernel, whether one of its programs still fits on
-an SM beside the programs the kernel before left there (its programs spread evenly over
-the SMs).
+registers and stack frame a thread (`ptxas -v`), its shared memory, its programs, how
+many of them an SM holds, and what its SASS does after `griddepcontrol.wait` (its serial
+path once the kernel before has ended): barriers, instructions, global loads and how
+many of those are 2 bytes or narrower. Then, for each kernel, whether one of its
+programs still fits on an SM beside the programs the kernel before left there (its
+programs spread evenly over the SMs).
 
 Why: a dependent launch lets a kernel's programs start while the kernel before still
 runs, and do what depends on no earlier kernel (their first chunk of weights, the
@@ -31,7 +31,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from benchmarks.int4_issue_bound import SMS, registers, sass
+from benchmarks.int4_issue_bound import SMS, ptxas_usage, sass
 from engines.pytorch import attention_kernel, int4_tuning, kernels, triton_attention, triton_int4
 
 SM90 = GPUTarget("cuda", 90, 32)
@@ -59,6 +59,10 @@ class Residency:
     # slower: records/2026-12-05-h100-strided-inputs.md).
     loads_after_wait: int
     narrow_loads_after_wait: int
+    # Local memory a thread (values that did not fit its registers): each use a round trip
+    # through L1 (a first form of a split residual step held 1,480 bytes and ran several
+    # times slower: records/2026-12-06-h100-ple-pair-refused.md).
+    stack_bytes: int = 0
     beside_previous: int | None = None  # its programs that fit beside the kernel before's
 
 
@@ -172,7 +176,7 @@ def _load_bytes(suffix: str) -> int:
 
 def residency(name: str, built: Any, config: str, programs: int) -> Residency:
     warps = built.metadata.num_warps
-    used = registers(built)
+    used, stack = ptxas_usage(built)
     shared = built.metadata.shared
     an_sm = min(
         REGISTERS_AN_SM // (_warp_registers(used) * warps),
@@ -181,7 +185,8 @@ def residency(name: str, built: Any, config: str, programs: int) -> Residency:
     )
     after = _after_wait(sass(built))
     return Residency(name, config, programs, warps, used, shared, an_sm,
-                     _barriers(after), _instructions(after), *_loads(after))  # fmt: skip
+                     _barriers(after), _instructions(after), *_loads(after),
+                     stack_bytes=stack)  # fmt: skip
 
 
 def layer(head_dim: int, writes_kv: bool, double_mlp: bool) -> list[tuple[str, Any, str, int]]:
@@ -252,13 +257,14 @@ def main(argv: list[str] | None = None) -> int:
         rows = with_room([residency(*kernel) for kernel in built])
         result[title] = [asdict(row) for row in rows]
         print(f"\n{title}\n")
-        print("| kernel | configuration | programs | warps | registers | shared KB | an SM "
+        print("| kernel | configuration | programs | warps | registers | stack bytes "
+              "| shared KB | an SM "
               "| barriers after the wait | instructions after it "
               "| loads after it (2 bytes or fewer) "
               "| its programs that fit beside the kernel before's |")  # fmt: skip
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
-            cells = (f"`{r.config}`", r.programs, r.warps, r.registers,
+            cells = (f"`{r.config}`", r.programs, r.warps, r.registers, r.stack_bytes,
                      f"{r.shared_bytes / 1024:.0f}", r.an_sm, r.barriers_after_wait,
                      r.instructions_after_wait,
                      f"{r.loads_after_wait} ({r.narrow_loads_after_wait})",

@@ -133,6 +133,13 @@ def sass(built: Any) -> str:
 
 def registers(built: Any) -> int:
     """The registers a thread of `built` uses, as ptxas (Triton's) reports them."""
+    return ptxas_usage(built)[0]
+
+
+def ptxas_usage(built: Any) -> tuple[int, int]:
+    """The registers a thread of `built` uses and its stack frame in bytes (local memory a
+    thread: values that did not fit the registers, each a round trip through L1), as
+    ptxas (Triton's) reports them."""
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp, "kernel.ptx")
         ptx.write_text(built.asm["ptx"])
@@ -140,7 +147,8 @@ def registers(built: Any) -> int:
             [str(_BIN / "ptxas"), "-v", "-arch=sm_90a", str(ptx), "-o", str(Path(tmp, "k.o"))],
             capture_output=True, text=True, check=True,
         ).stderr  # fmt: skip
-    return int(re.findall(r"Used (\d+) registers", out)[0])
+    used = int(re.findall(r"Used (\d+) registers", out)[0])
+    return used, int(re.findall(r"(\d+) bytes stack frame", out)[0])
 
 
 def bound(rows: int, bucket: int, n: int, k: int, label: str, per_step: int) -> Bound:
