@@ -19,6 +19,11 @@
 #           it is, then with SWAP_FROM (an untracked copy of an earlier version, e.g.
 #           `git show REV:engines/pytorch/triton_kernels.py > .scratch/before.py`, carried)
 #           copied over SWAP_TO; an A/B of a kernel change in one call (about 5 minutes);
+#   patch:  an A/B of a change kept as a patch (PATCH, e.g. one beside a record): applied,
+#           its CUDA tests (TESTS: a pytest -k expression over the engine's CUDA test files),
+#           the served int4 step profiled, then the patch taken back out and the step
+#           profiled again on its own server (about 6 minutes; the first side compiles
+#           the patch's kernels);
 #   prefill: one packed prefill of 8 and of 16 prompts (128 tokens) profiled, bf16 and
 #           int4 (`engines.pytorch.stepbench --profile-prefill`): wall, device and host
 #           time and the top host ops (about 3 minutes);
@@ -69,7 +74,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|swap|prefill|sweep|table|bound|chain|attention|planar|ncu|all
+#     steps|server|server-int4|profile|profile-tables|swap|patch|prefill|sweep|table|bound|chain|attention|planar|ncu|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -271,6 +276,20 @@ swap)
       --variant "$side=--quantize w4a16 ${INT4_FLAGS:-}"
   done
   cp /tmp/swap-shipped "$SWAP_TO"
+  ;;
+patch)
+  : "${PATCH:?PATCH=the patch file}"
+  git apply "$PATCH" || exit 1
+  if [ -n "${TESTS:-}" ]; then
+    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_kernels.py \
+      tests/engines/pytorch/test_int4_cuda.py -k "$TESTS" > "$OUT/patch-tests.log" 2>&1
+    echo "CUDA tests: $(tail -1 "$OUT/patch-tests.log") at ${SECONDS}s"
+  fi
+  profile_run dp-patched "${TMO:-240}" --requests "${REQUESTS:-1}" \
+    --variant "patched=--quantize w4a16 ${INT4_FLAGS:-}"
+  git apply -R "$PATCH"
+  profile_run dp-shipped "${TMO:-200}" --requests "${REQUESTS:-1}" \
+    --variant "shipped=--quantize w4a16 ${INT4_FLAGS:-}"
   ;;
 prefill)
   for q in none w4a16; do
