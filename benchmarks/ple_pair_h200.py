@@ -87,6 +87,7 @@ def fused(layer: dict[str, Any], x: Any, config: tuple[int, int, int]) -> Any:
     (wg, wgs), (wp, wps) = layer["gate"], layer["proj"]
     per_layer, hidden = wg.shape[0], x.shape[-1]
     programs = -(-hidden // block_n)
+    gate_width = triton.next_power_of_2(per_layer)
     pdl = dependent_launch.enabled(x.device)
     scalar = layer["scalar"]
     out = torch.empty_like(x)
@@ -98,8 +99,8 @@ def fused(layer: dict[str, Any], x: Any, config: tuple[int, int, int]) -> Any:
         torch.empty(1, hidden, dtype=x.dtype, device=x.device), out,
         kernels._residual_counter(x.device), per_layer, hidden, 1e-6,
         SCALE=scalar is not None, GROUP=hidden // wgs.shape[1], PDL=pdl,
-        GATE_BLOCK_N=triton.next_power_of_2(per_layer), GATE_BLOCK_K=gate_block_k, BLOCK_N=block_n,
-        BLOCK_K=triton.next_power_of_2(per_layer), num_warps=warps, launch_pdl=pdl,
+        GATE_BLOCK_N=gate_width, GATE_BLOCK_K=gate_block_k, BLOCK_N=block_n,
+        BLOCK_K=gate_width, num_warps=warps, launch_pdl=pdl,
     )  # fmt: skip
     return out
 
