@@ -1,0 +1,320 @@
+"""A probe for issue 18's batch-1 targets: E2B's projections at one row, each shape as a
+chain of dependent launches over streamed weight copies in one CUDA graph (as
+`benchmarks.int4_h200` times them), through the engine's `gemv_int4` (`kernels.linear`)
+against torch's `_weight_int4pack_mm` (tinygemm), and through two CUDA C products:
+`int4_cuda_gemv.cu` (float32 multiply-adds, no shared memory, no barrier) and
+`int4_cuda_gemv_mma.cu` (the tensor cores; their headers say how). The engine's and the
+CUDA kernels launch as programmatic dependents. Each CUDA kernel's configuration is the
+fastest of a small search in the same run, a shape at a time; the step's chain is the
+shapes' times weighted by their counts.
+
+    python -m benchmarks.int4_cuda_gemv_h200 --build DIR      # nvcc: sm_90 cubins into DIR
+    python -m benchmarks.int4_cuda_gemv_h200 [--cubins DIR] [--out result.json]
+
+Without --cubins the kernels are compiled on the GPU machine by NVRTC (torch's own).
+Prints a table; needs a CUDA device of compute capability 9.0. Nothing in the engine uses
+these kernels: the probe measures whether a hand-written product could beat
+`gemv_int4` in the step's chain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import math
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SOURCES = {
+    "fma": Path(__file__).with_name("int4_cuda_gemv.cu"),
+    "mma": Path(__file__).with_name("int4_cuda_gemv_mma.cu"),
+}
+GROUP = 32
+KERNEL = "w4a16_gemv"
+PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+# Through L1 (`__ldg`): reading the input past L1 (`__ldcg`) lost on every shape in the
+# first runs (2026-12-06-h100-cuda-gemv-probe.md).
+X_LOAD = "__ldg"
+MAX_ERR = 0.02  # of the largest output: a build whose result is further off is not timed
+SUMMARY = ("triton_us", "fma_us", "fma_config", "mma_us", "mma_config", "cuda_err", "triton_err")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One build of a kernel: `fma` (int4_cuda_gemv.cu: LANES lanes a row, ROWS rows a
+    lane, WARPS warps a block) or `mma` (int4_cuda_gemv_mma.cu: SPLIT warps over 16 rows)."""
+
+    kernel: str
+    values: tuple[tuple[str, int], ...]
+
+    def rows_a_block(self) -> int:
+        v = dict(self.values)
+        if self.kernel == "mma":
+            return 16
+        return v["WARPS"] * (32 // v["LANES"]) * v["ROWS"]
+
+    def threads(self) -> int:
+        v = dict(self.values)
+        return 32 * (v["SPLIT"] if self.kernel == "mma" else v["WARPS"])
+
+    def name(self) -> str:
+        return self.kernel + "_" + "_".join(f"{k.lower()}{v}" for k, v in self.values)
+
+
+def configs(k: int) -> Iterator[Config]:
+    """Every build whose blocks divide a row of K inputs evenly."""
+    groups = k // GROUP
+    for lanes in (2, 4, 8, 16, 32):
+        if groups % lanes:
+            continue
+        for rows in (1, 2, 4, 8):
+            if groups // lanes * rows <= 24:
+                for warps in (2, 4, 8):
+                    yield Config("fma", (("LANES", lanes), ("ROWS", rows), ("WARPS", warps)))
+    chunks = k // 128
+    for split in (1, 2, 3, 4, 6, 8, 12, 16):
+        if chunks % split == 0 and chunks // split <= 12:
+            yield Config("mma", (("SPLIT", split),))
+
+
+def source(k: int, config: Config) -> str:
+    text = SOURCES[config.kernel].read_text()
+    for name, value in (("K", k), ("X_LOAD", X_LOAD), *config.values):
+        text = text.replace(f"__{name}__", str(value))
+    return text
+
+
+def cubin_name(k: int, config: Config) -> str:
+    return f"k{k}_{config.name()}.cubin"
+
+
+def build(out: Path, ks: list[int]) -> int:
+    """Every configuration of every K as an sm_90 cubin, by nvcc (on a machine without a GPU)."""
+    out.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for k in sorted(set(ks)):
+            for cfg in configs(k):
+                cu = Path(tmp) / "gemv.cu"
+                cu.write_text(source(k, cfg))
+                subprocess.run(
+                    [
+                        "nvcc",
+                        "-cubin",
+                        "-arch=sm_90",
+                        "-O3",
+                        "-o",
+                        str(out / cubin_name(k, cfg)),
+                        str(cu),
+                    ],
+                    check=True,
+                )
+                count += 1
+    return count
+
+
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [
+        ("grid", ctypes.c_uint * 3),
+        ("block", ctypes.c_uint * 3),
+        ("shared_bytes", ctypes.c_uint),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.POINTER(_LaunchAttribute)),
+        ("count", ctypes.c_uint),
+    ]
+
+
+class Kernel:
+    """One configuration, loaded into the current context, launched by cuLaunchKernelEx
+    as a programmatic dependent of the kernel before it on the stream."""
+
+    def __init__(self, image: bytes, config: Config) -> None:
+        import torch
+
+        self.lib = torch.cuda._utils._get_gpu_runtime_library()
+        self.module = ctypes.c_void_p()
+        self.func = ctypes.c_void_p()
+        self._check(self.lib.cuModuleLoadData(ctypes.byref(self.module), image))
+        self._check(
+            self.lib.cuModuleGetFunction(ctypes.byref(self.func), self.module, KERNEL.encode())
+        )
+        self.rows_a_block = config.rows_a_block()
+        self.threads = config.threads()
+        self.attr = _LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
+        self.attr.value[0] = 1
+
+    def _check(self, code: int) -> None:
+        if code != 0:
+            name = ctypes.c_char_p()
+            self.lib.cuGetErrorName(code, ctypes.byref(name))
+            raise RuntimeError(f"CUDA driver error {code} ({(name.value or b'').decode()})")
+
+    def __call__(self, wq: Any, ws: Any, x: Any, y: Any) -> None:
+        import torch
+
+        n = wq.shape[0]
+        config = _LaunchConfig()
+        config.grid[:] = (math.ceil(n / self.rows_a_block), 1, 1)
+        config.block[:] = (self.threads, 1, 1)
+        config.stream = torch.cuda.current_stream().cuda_stream
+        config.attrs = ctypes.pointer(self.attr)
+        config.count = 1
+        args = [ctypes.c_void_p(t.data_ptr()) for t in (wq, ws, x, y)] + [ctypes.c_int(n)]
+        params = (ctypes.c_void_p * len(args))(
+            *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args]
+        )
+        self._check(self.lib.cuLaunchKernelEx(ctypes.byref(config), self.func, params, None))
+
+
+def _image(k: int, cfg: Config, cubins: Path | None) -> bytes:
+    if cubins is not None:
+        return (cubins / cubin_name(k, cfg)).read_bytes()
+    import torch.cuda._utils as cuda_utils
+
+    ptx, _ = cuda_utils._nvrtc_compile(source(k, cfg), KERNEL, "90")
+    return ptx if isinstance(ptx, bytes) else ptx.encode()
+
+
+def shape_times(n: int, k: int, cubins: Path | None) -> dict[str, Any]:
+    import torch
+
+    from benchmarks.gemv_h200 import MIN_STREAM_BYTES, _timed_graph
+    from benchmarks.int4_h200 import _tinygemm
+    from engines.pytorch import int4, kernels
+
+    nbytes = n * k // 2 + n * (k // GROUP) * 2
+    copies = max(1, math.ceil(MIN_STREAM_BYTES / nbytes))
+    x = torch.randn(1, k, device="cuda", dtype=torch.bfloat16)
+    base = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+    packed, scale = int4.quantize(base, GROUP)
+    ref = (x.float() @ int4.dequantize(packed, scale, torch.float32).T).flatten()
+    top = float(ref.abs().max())
+    weights = [(packed.clone(), scale.clone()) for _ in range(copies)]
+    outs = [torch.empty(n, device="cuda", dtype=torch.bfloat16) for _ in range(copies)]
+    out: dict[str, Any] = {"N": n, "K": k, "copies": copies, "mbytes": nbytes / 1e6}
+    got = kernels.linear(x, (packed, scale)).float().flatten()
+    out["triton_err"] = float((got - ref).abs().max()) / top
+    tiles, sz = _tinygemm(base)
+    torch_int4 = [(tiles.clone(), sz.clone()) for _ in range(copies)]
+
+    def engine() -> None:
+        for w in weights:
+            kernels.linear(x, w)
+
+    def tinygemm() -> None:
+        for t, z in torch_int4:
+            torch._weight_int4pack_mm(x, t, GROUP, z)
+
+    out["triton_us"] = _timed_graph(engine) / copies * 1e6
+    out["tinygemm_us"] = _timed_graph(tinygemm) / copies * 1e6
+    torch_int4.clear()
+    tried: list[dict[str, Any]] = []
+    for cfg in configs(k):
+        entry: dict[str, Any] = {"kernel": cfg.kernel, "config": cfg.name()}
+        tried.append(entry)
+        try:
+            kernel = Kernel(_image(k, cfg, cubins), cfg)
+            y = torch.zeros(n, device="cuda", dtype=torch.bfloat16)
+            kernel(packed, scale, x, y)
+            torch.cuda.synchronize()
+            entry["err"] = float((y.float() - ref).abs().max()) / top
+
+            def launch(kernel: Kernel = kernel) -> None:
+                for (wq, ws), y in zip(weights, outs, strict=True):
+                    kernel(wq, ws, x, y)
+
+            entry["us"] = _timed_graph(launch) / copies * 1e6
+        except Exception as exc:  # recorded: a configuration that does not build or run
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+    out["cuda_tried"] = tried
+    for name in (*SOURCES, None):
+        fine = [
+            t for t in tried if "us" in t and t["err"] < MAX_ERR and name in (None, t["kernel"])
+        ]
+        if fine:
+            best = min(fine, key=lambda t: float(t["us"]))
+            key = f"{name}_" if name else "cuda_"
+            out[f"{key}us"], out[f"{key}config"], out[f"{key}err"] = (
+                best["us"], best["config"], best["err"],
+            )  # fmt: skip
+    weights.clear()
+    outs.clear()
+    torch.cuda.empty_cache()
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m benchmarks.int4_cuda_gemv_h200", description=__doc__
+    )
+    p.add_argument("--build", type=Path, help="write sm_90 cubins here with nvcc, then stop")
+    p.add_argument("--cubins", type=Path, help="cubins written by --build")
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    from benchmarks.gemv_h200 import SHAPES
+
+    if args.build:
+        print(f"{build(args.build, [k for _, _, k, _ in SHAPES])} cubins in {args.build}")
+        return 0
+    import torch
+
+    from engines.pytorch.stepbench import copy_bandwidth
+
+    bw = copy_bandwidth(torch.device("cuda"), nbytes=1 << 30)
+    rows = []
+    for name, n, k, count in SHAPES:
+        r = shape_times(n, k, args.cubins)
+        r.update(name=name, count=count)
+        r["best_us"] = min(r["triton_us"], r.get("cuda_us", math.inf))
+        rows.append(r)
+        print(name, {key: r.get(key) for key in SUMMARY}, flush=True)
+    impls = ("tinygemm", "triton", "fma", "mma", "cuda", "best")
+    step = {i: sum(r.get(f"{i}_us", math.nan) * r["count"] for r in rows) / 1e3 for i in impls}
+    roofline = sum(r["mbytes"] * 1e6 * r["count"] for r in rows) / bw * 1e3
+    lines = [
+        f"{torch.cuda.get_device_name()}, copy bandwidth {bw / 1e9:.0f} GB/s; one row, "
+        "us a product (GB/s); each CUDA kernel at its fastest configuration",
+        "| projection | count | MB | tinygemm | gemv_int4 | CUDA fma | CUDA mma | faster CUDA "
+        "/ gemv_int4 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        mb = r["mbytes"]
+        cells = [
+            f"{r[f'{i}_us']:.2f} ({mb * 1e3 / r[f'{i}_us']:.0f})" if f"{i}_us" in r else "-"
+            for i in ("tinygemm", "triton", "fma", "mma")
+        ]
+        ratio = r.get("cuda_us", math.nan) / r["triton_us"]
+        lines.append(
+            f"| {r['name']} {r['N']}x{r['K']} | {r['count']} | {mb:.2f} | "
+            + " | ".join(cells)
+            + f" | {ratio:.2f} |"
+        )
+    lines.append(
+        "step chain ms: "
+        + ", ".join(f"{i} {step[i]:.3f}" for i in impls)
+        + f"; weights at copy bandwidth {roofline:.3f}"
+    )
+    lines.append(
+        "tinygemm / step chain: "
+        + ", ".join(f"{i} {step['tinygemm'] / step[i]:.2f}x" for i in impls[1:])
+    )
+    print("\n".join(lines))
+    if args.out:
+        result = {"gpu": torch.cuda.get_device_name(), "copy_bandwidth_gb_s": bw / 1e9,
+                  "shapes": rows, "step_ms": step, "table": "\n".join(lines)}  # fmt: skip
+        args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
