@@ -3,7 +3,8 @@ chain of dependent launches over streamed weight copies in one CUDA graph (as
 `benchmarks.int4_h200` times them), through the engine's `gemv_int4` (`kernels.linear`)
 against torch's `_weight_int4pack_mm` (tinygemm), and through two CUDA C products:
 `int4_cuda_gemv.cu` (float32 multiply-adds, no shared memory, no barrier) and
-`int4_cuda_gemv_mma.cu` (the tensor cores; their headers say how). The engine's and the
+`engines/pytorch/int4_mma.cu` (the tensor cores, the engine's `cuda_int4` since
+this probe; their headers say how). The engine's and the
 CUDA kernels launch as programmatic dependents. Each CUDA kernel's configuration is the
 fastest of a small search in the same run, a shape at a time; the step's chain is the
 shapes' times weighted by their counts.
@@ -12,9 +13,8 @@ shapes' times weighted by their counts.
     python -m benchmarks.int4_cuda_gemv_h200 [--cubins DIR] [--out result.json]
 
 Without --cubins the kernels are compiled on the GPU machine by NVRTC (torch's own).
-Prints a table; needs a CUDA device of compute capability 9.0. Nothing in the engine uses
-these kernels: the probe measures whether a hand-written product could beat
-`gemv_int4` in the step's chain.
+Prints a table; needs a CUDA device of compute capability 9.0. The float32 kernel is the
+probe's own; the mma kernel's search here is where `cuda_int4.MEASURED_SPLITS` comes from.
 """
 
 from __future__ import annotations
@@ -32,11 +32,10 @@ from typing import Any
 
 SOURCES = {
     "fma": Path(__file__).with_name("int4_cuda_gemv.cu"),
-    "mma": Path(__file__).with_name("int4_cuda_gemv_mma.cu"),
+    "mma": Path(__file__).parents[1] / "engines" / "pytorch" / "int4_mma.cu",
 }
 GROUP = 32
 KERNEL = "w4a16_gemv"
-PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 # Through L1 (`__ldg`): reading the input past L1 (`__ldcg`) lost on every shape in the
 # first runs (2026-12-06-h100-cuda-gemv-probe.md).
 X_LOAD = "__ldg"
@@ -47,7 +46,7 @@ SUMMARY = ("triton_us", "fma_us", "fma_config", "mma_us", "mma_config", "cuda_er
 @dataclass(frozen=True)
 class Config:
     """One build of a kernel: `fma` (int4_cuda_gemv.cu: LANES lanes a row, ROWS rows a
-    lane, WARPS warps a block) or `mma` (int4_cuda_gemv_mma.cu: SPLIT warps over 16 rows)."""
+    lane, WARPS warps a block) or `mma` (the engine's int4_mma.cu: SPLIT warps over 16 rows)."""
 
     kernel: str
     values: tuple[tuple[str, int], ...]
@@ -118,27 +117,14 @@ def build(out: Path, ks: list[int]) -> int:
     return count
 
 
-class _LaunchAttribute(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int * 16)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [
-        ("grid", ctypes.c_uint * 3),
-        ("block", ctypes.c_uint * 3),
-        ("shared_bytes", ctypes.c_uint),
-        ("stream", ctypes.c_void_p),
-        ("attrs", ctypes.POINTER(_LaunchAttribute)),
-        ("count", ctypes.c_uint),
-    ]
-
-
 class Kernel:
     """One configuration, loaded into the current context, launched by cuLaunchKernelEx
     as a programmatic dependent of the kernel before it on the stream."""
 
     def __init__(self, image: bytes, config: Config) -> None:
         import torch
+
+        from engines.pytorch.cuda_int4 import PROGRAMMATIC_STREAM_SERIALIZATION, LaunchAttribute
 
         self.lib = torch.cuda._utils._get_gpu_runtime_library()
         self.module = ctypes.c_void_p()
@@ -149,7 +135,7 @@ class Kernel:
         )
         self.rows_a_block = config.rows_a_block()
         self.threads = config.threads()
-        self.attr = _LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
+        self.attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
         self.attr.value[0] = 1
 
     def _check(self, code: int) -> None:
@@ -161,8 +147,10 @@ class Kernel:
     def __call__(self, wq: Any, ws: Any, x: Any, y: Any) -> None:
         import torch
 
+        from engines.pytorch.cuda_int4 import LaunchConfig
+
         n = wq.shape[0]
-        config = _LaunchConfig()
+        config = LaunchConfig()
         config.grid[:] = (math.ceil(n / self.rows_a_block), 1, 1)
         config.block[:] = (self.threads, 1, 1)
         config.stream = torch.cuda.current_stream().cuda_stream

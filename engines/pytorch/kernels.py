@@ -43,7 +43,8 @@ tried per (N, K) by Triton's autotuner the first time a shape runs on a machine;
 timings are kept in Triton's disk cache, so later processes there reuse the choice.
 
 Int4 weights (`int4`: the pair (packed, scale)) take the same entry points: at batch 1
-`gemv_int4`, the same prologues and epilogues over int4 rows; for 2 to 64 rows
+`gemv_int4`, the same prologues and epilogues over int4 rows (the plain product on sm_90
+runs `cuda_int4`'s CUDA C product on the tensor cores instead, where it serves); for 2 to 64 rows
 `matmul_int4`, the int4 tile dequantized in registers for the tensor cores, with a
 deterministic split-K for narrow outputs (both in `triton_int4`); more rows (prefill) and
 the CPU dequantize and run the dense product (on CUDA through
@@ -63,7 +64,7 @@ from typing import Any, TypeAlias
 import torch
 import torch.nn.functional as F
 
-from engines.pytorch import dependent_launch
+from engines.pytorch import cuda_int4, dependent_launch
 
 log = logging.getLogger(__name__)
 
@@ -440,10 +441,26 @@ def _parts(weight: Weight) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight if isinstance(weight, tuple) else (weight, None)
 
 
+@torch.library.custom_op("llm_serving_bench::linear_int4", mutates_args=())
+def _linear_int4_op(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    # Asked here, at run time, where the tensors (and their addresses) are real.
+    if cuda_int4.serves(x, packed, scale):
+        return cuda_int4.product(x, packed, scale)
+    return _launch(x, (packed, scale), prologue=PLAIN)
+
+
+@_linear_int4_op.register_fake
+def _linear_int4_shape(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(1, packed.shape[0])
+
+
 def linear(x: torch.Tensor, weight: Weight, fused: bool = True) -> torch.Tensor:
-    """x (rows, K) @ weight (N, K)^T."""
+    """x (rows, K) @ weight (N, K)^T. One row over int4 weights runs `cuda_int4`'s product
+    where it serves, else `gemv_int4`."""
     if _use_kernel(fused, x, weight):
-        return _gemv_op(x, *_parts(weight), None, None, 0.0, PLAIN, NO_EPILOGUE)
+        if isinstance(weight, tuple):
+            return _linear_int4_op(x, *weight)
+        return _gemv_op(x, weight, None, None, None, 0.0, PLAIN, NO_EPILOGUE)
     return _matmul(x, weight)
 
 

@@ -1,7 +1,10 @@
-// A batch-1 W4A16 product on the tensor cores, for `benchmarks/int4_cuda_gemv_h200.py`:
-// the same product and layouts as `int4_cuda_gemv.cu` (compressed-tensors' words, a bf16
-// scale per 32 inputs, x and y bf16), with the multiply-adds done by mma.m16n8k16, so a
-// weight costs about 1.5 instructions (making its bf16 value) instead of 3.5.
+// The batch-1 W4A16 product on the tensor cores (`cuda_int4`, which compiles and launches
+// it): y (N) = W (N x K) x (K), W in compressed-tensors' layout (element 8j + i in bits
+// 4i..4i+3 of int32 word j of its row, stored q + 8; one bf16 scale per 32 inputs), x and
+// y bf16, the multiply-adds by mma.m16n8k16 (bf16 in, float32 sums): about 2.3
+// instructions a weight against 3.5-4 for float32 multiply-adds, and, unlike Triton's
+// `gemv_int4`, no value moves between lanes after the dependent launch's wait
+// (records: benchmarks/records/2026-12-06-h100-split-residual-cuda-gemv.md).
 // - A block is SPLIT warps over 16 rows; warp w takes the 128-input chunks w, w + SPLIT,
 //   ...; in a chunk, lane (g, c) = (lane / 4, lane % 4) loads group 4 chunk + c of rows g
 //   and g + 8 (16 bytes each), all before `griddepcontrol.wait`.
@@ -12,7 +15,8 @@
 // - The input fills all eight columns of the mma's B, so every column of the result is
 //   the product; lane (g, 0) holds rows g and g + 8. The SPLIT warps' sums meet in shared
 //   memory after one barrier, added in warp order.
-// K, SPLIT and X_LOAD are substituted before compiling (NVRTC, no headers).
+// K, SPLIT and X_LOAD are substituted before compiling (NVRTC, no headers); sm_80 and
+// later (bf16 mma), the dependent launch's two instructions on sm_90 and later.
 
 #define K_ __K__
 #define SPLIT __SPLIT__
@@ -72,8 +76,10 @@ w4a16_gemv(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
         s0[j] = a | (a << 16);
         s1[j] = b | (b << 16);
     }
+#if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < PER_WARP; ++j) {
