@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib.util
 import logging
 from pathlib import Path
 
@@ -102,10 +103,25 @@ def _check_driver(lib: ctypes.CDLL, code: int, what: str) -> None:
         raise BuildError(f"{what}: CUDA driver error {code} ({(name.value or b'').decode()})")
 
 
-def _cubin(source: str, arch: str) -> bytes:
+def nvrtc_library() -> ctypes.CDLL:
+    """The NVRTC library torch's CUDA build loads, else the `nvidia-cuda-nvrtc` wheel's
+    (a CPU build of torch has none of its own: the tests compile the source with it)."""
     import torch.cuda._utils as cuda_utils
 
-    nvrtc = cuda_utils._get_gpu_rtc_library()
+    try:
+        return cuda_utils._get_gpu_rtc_library()
+    except (OSError, AttributeError):
+        pass
+    spec = importlib.util.find_spec("nvidia.cuda_nvrtc")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for lib in sorted(Path(folder, "lib").glob("libnvrtc.so.*")):
+            if "builtins" not in lib.name and ".alt." not in lib.name:
+                return ctypes.CDLL(str(lib))
+    raise BuildError("no NVRTC library: torch's CUDA build or nvidia-cuda-nvrtc has one")
+
+
+def _cubin(source: str, arch: str) -> bytes:
+    nvrtc = nvrtc_library()
     prog = ctypes.c_void_p()
     if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"int4_mma.cu", 0, None, None):
         raise BuildError("NVRTC could not create the program")

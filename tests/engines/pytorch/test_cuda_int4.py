@@ -1,7 +1,8 @@
 """`cuda_int4`, the batch-1 int4 product on the tensor cores in CUDA C: which builds it
-picks (on any host), that its source compiles for sm_80 and sm_90 (where an NVRTC library
-loads), and on a GPU that it matches dequantize-then-matmul as `gemv_int4` does, repeats
-bit for bit, replays in a CUDA graph, and is what `kernels.linear` runs for one bf16 row."""
+picks (on any host); that its source compiles for sm_80 and sm_90 (NVRTC: torch's, or the
+nvidia-cuda-nvrtc wheel the dev extras install); and on a GPU, that it matches
+dequantize-then-matmul as `gemv_int4` does, repeats bit for bit, replays in a CUDA graph,
+and is what `kernels.linear` runs for one bf16 row."""
 
 from __future__ import annotations
 
@@ -41,10 +42,8 @@ def test_a_cpu_row_is_not_served() -> None:
 
 def _nvrtc_loads() -> bool:
     try:
-        import torch.cuda._utils as cuda_utils
-
-        cuda_utils._get_gpu_rtc_library()
-    except (OSError, RuntimeError, AttributeError, TypeError, ValueError):
+        cuda_int4.nvrtc_library()
+    except (cuda_int4.BuildError, OSError):
         return False
     return True
 
