@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from contract.errors import BenchError
 from engines.pytorch import dependent_launch
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class LaunchConfig(ctypes.Structure):
     ]
 
 
-class BuildError(RuntimeError):
+class BuildError(BenchError):
     """NVRTC or the driver could not build or load the kernel on this device."""
 
 
