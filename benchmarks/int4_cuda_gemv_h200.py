@@ -20,7 +20,6 @@ probe's own; the mma kernel's search here is where `cuda_int4.MEASURED_SPLITS` c
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import math
 import subprocess
@@ -30,14 +29,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engines.pytorch import cuda_int4
+
 SOURCES = {
     "fma": Path(__file__).with_name("int4_cuda_gemv.cu"),
-    "mma": Path(__file__).parents[1] / "engines" / "pytorch" / "int4_mma.cu",
+    "mma": cuda_int4.SOURCE,
 }
 GROUP = 32
-KERNEL = "w4a16_gemv"
 # Through L1 (`__ldg`): reading the input past L1 (`__ldcg`) lost on every shape in the
-# first runs (2026-12-06-h100-cuda-gemv-probe.md).
+# first runs (2026-12-06-h100-split-residual-cuda-gemv.md).
 X_LOAD = "__ldg"
 MAX_ERR = 0.02  # of the largest output: a build whose result is further off is not timed
 SUMMARY = ("triton_us", "fma_us", "fma_config", "mma_us", "mma_config", "cuda_err", "triton_err")
@@ -54,7 +54,7 @@ class Config:
     def rows_a_block(self) -> int:
         v = dict(self.values)
         if self.kernel == "mma":
-            return 16
+            return cuda_int4.ROWS_A_BLOCK
         return v["WARPS"] * (32 // v["LANES"]) * v["ROWS"]
 
     def threads(self) -> int:
@@ -75,17 +75,14 @@ def configs(k: int) -> Iterator[Config]:
             if groups // lanes * rows <= 24:
                 for warps in (2, 4, 8):
                     yield Config("fma", (("LANES", lanes), ("ROWS", rows), ("WARPS", warps)))
-    chunks = k // 128
-    for split in (1, 2, 3, 4, 6, 8, 12, 16):
-        if chunks % split == 0 and chunks // split <= 12:
-            yield Config("mma", (("SPLIT", split),))
+    for split in cuda_int4.splits(k):
+        yield Config("mma", (("SPLIT", split),))
 
 
 def source(k: int, config: Config) -> str:
-    text = SOURCES[config.kernel].read_text()
-    for name, value in (("K", k), ("X_LOAD", X_LOAD), *config.values):
-        text = text.replace(f"__{name}__", str(value))
-    return text
+    return cuda_int4.substituted(
+        SOURCES[config.kernel], (("K", k), ("X_LOAD", X_LOAD), *config.values)
+    )
 
 
 def cubin_name(k: int, config: Config) -> str:
@@ -117,59 +114,10 @@ def build(out: Path, ks: list[int]) -> int:
     return count
 
 
-class Kernel:
-    """One configuration, loaded into the current context, launched by cuLaunchKernelEx
-    as a programmatic dependent of the kernel before it on the stream."""
-
-    def __init__(self, image: bytes, config: Config) -> None:
-        import torch
-
-        from engines.pytorch.cuda_int4 import PROGRAMMATIC_STREAM_SERIALIZATION, LaunchAttribute
-
-        self.lib = torch.cuda._utils._get_gpu_runtime_library()
-        self.module = ctypes.c_void_p()
-        self.func = ctypes.c_void_p()
-        self._check(self.lib.cuModuleLoadData(ctypes.byref(self.module), image))
-        self._check(
-            self.lib.cuModuleGetFunction(ctypes.byref(self.func), self.module, KERNEL.encode())
-        )
-        self.rows_a_block = config.rows_a_block()
-        self.threads = config.threads()
-        self.attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
-        self.attr.value[0] = 1
-
-    def _check(self, code: int) -> None:
-        if code != 0:
-            name = ctypes.c_char_p()
-            self.lib.cuGetErrorName(code, ctypes.byref(name))
-            raise RuntimeError(f"CUDA driver error {code} ({(name.value or b'').decode()})")
-
-    def __call__(self, wq: Any, ws: Any, x: Any, y: Any) -> None:
-        import torch
-
-        from engines.pytorch.cuda_int4 import LaunchConfig
-
-        n = wq.shape[0]
-        config = LaunchConfig()
-        config.grid[:] = (math.ceil(n / self.rows_a_block), 1, 1)
-        config.block[:] = (self.threads, 1, 1)
-        config.stream = torch.cuda.current_stream().cuda_stream
-        config.attrs = ctypes.pointer(self.attr)
-        config.count = 1
-        args = [ctypes.c_void_p(t.data_ptr()) for t in (wq, ws, x, y)] + [ctypes.c_int(n)]
-        params = (ctypes.c_void_p * len(args))(
-            *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args]
-        )
-        self._check(self.lib.cuLaunchKernelEx(ctypes.byref(config), self.func, params, None))
-
-
 def _image(k: int, cfg: Config, cubins: Path | None) -> bytes:
     if cubins is not None:
         return (cubins / cubin_name(k, cfg)).read_bytes()
-    import torch.cuda._utils as cuda_utils
-
-    ptx, _ = cuda_utils._nvrtc_compile(source(k, cfg), KERNEL, "90")
-    return ptx if isinstance(ptx, bytes) else ptx.encode()
+    return cuda_int4.cubin(source(k, cfg), "90")
 
 
 def shape_times(n: int, k: int, cubins: Path | None) -> dict[str, Any]:
@@ -210,13 +158,15 @@ def shape_times(n: int, k: int, cubins: Path | None) -> dict[str, Any]:
         entry: dict[str, Any] = {"kernel": cfg.kernel, "config": cfg.name()}
         tried.append(entry)
         try:
-            kernel = Kernel(_image(k, cfg, cubins), cfg)
+            kernel = cuda_int4.Kernel(
+                _image(k, cfg, cubins), x.device, cfg.rows_a_block(), cfg.threads()
+            )
             y = torch.zeros(n, device="cuda", dtype=torch.bfloat16)
             kernel(packed, scale, x, y)
             torch.cuda.synchronize()
             entry["err"] = float((y.float() - ref).abs().max()) / top
 
-            def launch(kernel: Kernel = kernel) -> None:
+            def launch(kernel: cuda_int4.Kernel = kernel) -> None:
                 for (wq, ws), y in zip(weights, outs, strict=True):
                     kernel(wq, ws, x, y)
 

@@ -3,7 +3,7 @@ header says how it computes): compiled at first use for the device's SM by NVRTC
 library torch's CUDA wheels carry), loaded through the driver, and launched by
 `cuLaunchKernelEx`, as a programmatic dependent of the kernel before it where
 `dependent_launch` allows, as Triton launches `gemv_int4`. `kernels.linear` runs it (its
-custom op asks `serves` at run time, where the tensors are real) for one row of bf16
+custom op asks `kernel_for` at run time, where the tensors are real) for one row of bf16
 inputs over int4 weights in groups of 32 on sm_90 and later; the fused forms (norm
 prologues, GELU and residual epilogues) still run `gemv_int4`, and other GPUs (the T4's
 fp16, the L4, where it is not yet measured) run `gemv_int4` throughout.
@@ -13,8 +13,8 @@ moves between lanes after the wait (Triton's layout conversions put 23-33 barrie
 there in `gemv_int4`). Measured in benchmarks/records/2026-12-06-h100-split-residual-cuda-gemv.md
 and 2026-12-06-h100-cuda-int4-served.md.
 
-A device or library that cannot build it makes `serves` false, once, with a logged line;
-the product then runs `gemv_int4`.
+A device or library that cannot build it makes `kernel_for` None, once, with a logged
+line; the product then runs `gemv_int4`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import ctypes
 import functools
 import importlib.util
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 
 import torch
@@ -97,13 +98,6 @@ class BuildError(BenchError):
     """NVRTC or the driver could not build or load the kernel on this device."""
 
 
-def _check_driver(lib: ctypes.CDLL, code: int, what: str) -> None:
-    if code != 0:
-        name = ctypes.c_char_p()
-        lib.cuGetErrorName(code, ctypes.byref(name))
-        raise BuildError(f"{what}: CUDA driver error {code} ({(name.value or b'').decode()})")
-
-
 def nvrtc_library() -> ctypes.CDLL:
     """The NVRTC library torch's CUDA build loads, else the `nvidia-cuda-nvrtc` wheel's
     (a CPU build of torch has none of its own: the tests compile the source with it)."""
@@ -121,10 +115,11 @@ def nvrtc_library() -> ctypes.CDLL:
     raise BuildError("no NVRTC library: torch's CUDA build or nvidia-cuda-nvrtc has one")
 
 
-def _cubin(source: str, arch: str) -> bytes:
+def cubin(text: str, arch: str) -> bytes:
+    """`text` (CUDA C, no headers) compiled by NVRTC for sm_`arch`."""
     nvrtc = nvrtc_library()
     prog = ctypes.c_void_p()
-    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), b"int4_mma.cu", 0, None, None):
+    if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), text.encode(), b"int4_mma.cu", 0, None, None):
         raise BuildError("NVRTC could not create the program")
     try:
         options = [f"--gpu-architecture=sm_{arch}".encode(), b"-default-device"]
@@ -132,9 +127,9 @@ def _cubin(source: str, arch: str) -> bytes:
         if nvrtc.nvrtcCompileProgram(prog, len(options), array):
             size = ctypes.c_size_t()
             nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
-            text = ctypes.create_string_buffer(size.value)
-            nvrtc.nvrtcGetProgramLog(prog, text)
-            raise BuildError(f"NVRTC: {text.value.decode().strip()}")
+            log_text = ctypes.create_string_buffer(size.value)
+            nvrtc.nvrtcGetProgramLog(prog, log_text)
+            raise BuildError(f"NVRTC: {log_text.value.decode().strip()}")
         size = ctypes.c_size_t()
         nvrtc.nvrtcGetCUBINSize(prog, ctypes.byref(size))
         image = ctypes.create_string_buffer(size.value)
@@ -144,45 +139,55 @@ def _cubin(source: str, arch: str) -> bytes:
         nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-def source(k: int, split_warps: int) -> str:
-    text = SOURCE.read_text()
-    for name, value in (("K", k), ("SPLIT", split_warps), ("X_LOAD", "__ldg")):
+def substituted(path: Path, values: Iterable[tuple[str, object]]) -> str:
+    """The CUDA C at `path` with each `__NAME__` placeholder replaced by its value."""
+    text = path.read_text()
+    for name, value in values:
         text = text.replace(f"__{name}__", str(value))
     return text
 
 
-class _Kernel:
-    """One (K, split) build, loaded into the device's context."""
+def source(k: int, split_warps: int) -> str:
+    return substituted(SOURCE, (("K", k), ("SPLIT", split_warps), ("X_LOAD", "__ldg")))
 
-    def __init__(self, device: torch.device, k: int, split_warps: int) -> None:
+
+class Kernel:
+    """One build of `KERNEL` (a cubin image), loaded into `device`'s context; a launch
+    takes `rows_a_block` rows a block of `threads`, and is a programmatic dependent of the
+    kernel before it where `dependent_launch` allows."""
+
+    def __init__(self, image: bytes, device: torch.device, rows_a_block: int, threads: int):
         import torch.cuda._utils as cuda_utils
 
-        major, minor = torch.cuda.get_device_capability(device)
         self.driver = cuda_utils._get_gpu_runtime_library()
         self.module = ctypes.c_void_p()
         self.func = ctypes.c_void_p()
-        image = _cubin(source(k, split_warps), f"{major}{minor}")
         with torch.cuda.device(device):
-            _check_driver(
-                self.driver, self.driver.cuModuleLoadData(ctypes.byref(self.module), image), "load"
-            )
-            _check_driver(
-                self.driver,
+            self._check(self.driver.cuModuleLoadData(ctypes.byref(self.module), image), "load")
+            self._check(
                 self.driver.cuModuleGetFunction(
                     ctypes.byref(self.func), self.module, KERNEL.encode()
                 ),
                 "get function",
             )
-        self.threads = 32 * split_warps
+        self.rows_a_block = rows_a_block
+        self.threads = threads
         self.attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
         self.attr.value[0] = 1
+
+    def _check(self, code: int, what: str) -> None:
+        if code != 0:
+            name = ctypes.c_char_p()
+            self.driver.cuGetErrorName(code, ctypes.byref(name))
+            raise BuildError(f"{what}: CUDA driver error {code} ({(name.value or b'').decode()})")
 
     def __call__(
         self, packed: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, y: torch.Tensor
     ) -> None:
+        """y = x @ dequantize(packed, scale)^T, into `y`."""
         n = packed.shape[0]
         config = LaunchConfig()
-        config.grid[:] = (-(-n // ROWS_A_BLOCK), 1, 1)
+        config.grid[:] = (-(-n // self.rows_a_block), 1, 1)
         config.block[:] = (self.threads, 1, 1)
         config.stream = torch.cuda.current_stream(x.device).cuda_stream
         if dependent_launch.enabled(x.device):
@@ -192,17 +197,23 @@ class _Kernel:
         params = (ctypes.c_void_p * len(args))(
             *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args]
         )
-        _check_driver(
-            self.driver,
-            self.driver.cuLaunchKernelEx(ctypes.byref(config), self.func, params, None),
-            "launch",
+        self._check(
+            self.driver.cuLaunchKernelEx(ctypes.byref(config), self.func, params, None), "launch"
         )
+
+    def product(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """x (1, K) @ dequantize(packed, scale)^T as (1, N)."""
+        y = torch.empty(1, packed.shape[0], dtype=x.dtype, device=x.device)
+        self(packed, scale, x, y)
+        return y
 
 
 @functools.cache
-def _kernel(device: torch.device, k: int, split_warps: int) -> _Kernel | None:
+def _kernel(device: torch.device, k: int, split_warps: int) -> Kernel | None:
+    major, minor = torch.cuda.get_device_capability(device)
     try:
-        return _Kernel(device, k, split_warps)
+        image = cubin(source(k, split_warps), f"{major}{minor}")
+        return Kernel(image, device, ROWS_A_BLOCK, 32 * split_warps)
     except (BuildError, OSError, AttributeError) as exc:
         log.warning(
             "int4: the CUDA C product does not build here (%s); gemv_int4 runs instead", exc
@@ -214,28 +225,17 @@ def _aligned(t: torch.Tensor, bytes_: int) -> bool:
     return t.is_contiguous() and t.data_ptr() % bytes_ == 0
 
 
-def serves(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
-    """Whether `product` takes this product: one bf16 row on sm_90 or later, bf16
-    scales in groups of 32, rows contiguous and 16-byte aligned, and the kernel builds."""
+def kernel_for(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> Kernel | None:
+    """The build that takes this product, if one does: one bf16 row on sm_90 or later,
+    bf16 scales in groups of 32, rows contiguous and 16-byte aligned, and the kernel
+    builds; else None."""
     if x.device.type != "cuda" or x.shape[0] != 1 or x.dtype != torch.bfloat16:
-        return False
+        return None
     if scale.dtype != torch.bfloat16 or torch.cuda.get_device_capability(x.device) < MEASURED_ON:
-        return False
+        return None
     n, k = packed.shape[0], x.shape[1]
     if packed.shape[1] * 8 != k or not shape_fits(n, k, k // scale.shape[1]):
-        return False
+        return None
     if not (_aligned(packed, 16) and _aligned(scale, 2) and _aligned(x, 16)):
-        return False
-    return _kernel(x.device, k, split(n, k)) is not None
-
-
-def product(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x (1, K) @ dequantize(packed, scale)^T as (1, N), on the tensor cores; only where
-    `serves` says so (`kernels` calls it inside its custom op)."""
-    n, k = packed.shape[0], x.shape[1]
-    kernel = _kernel(x.device, k, split(n, k))
-    if kernel is None:
-        raise BuildError("the CUDA C product called where `serves` is false")
-    y = torch.empty(1, n, dtype=x.dtype, device=x.device)
-    kernel(packed, scale, x, y)
-    return y
+        return None
+    return _kernel(x.device, k, split(n, k))

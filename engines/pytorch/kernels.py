@@ -444,8 +444,9 @@ def _parts(weight: Weight) -> tuple[torch.Tensor, torch.Tensor | None]:
 @torch.library.custom_op("llm_serving_bench::linear_int4", mutates_args=())
 def _linear_int4_op(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     # Asked here, at run time, where the tensors (and their addresses) are real.
-    if cuda_int4.serves(x, packed, scale):
-        return cuda_int4.product(x, packed, scale)
+    kernel = cuda_int4.kernel_for(x, packed, scale)
+    if kernel is not None:
+        return kernel.product(x, packed, scale)
     return _launch(x, (packed, scale), prologue=PLAIN)
 
 

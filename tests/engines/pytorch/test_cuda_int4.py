@@ -37,7 +37,7 @@ def test_the_source_takes_every_placeholder() -> None:
 
 def test_a_cpu_row_is_not_served() -> None:
     packed, scale = int4.quantize(torch.randn(32, 256, dtype=torch.bfloat16), 32)
-    assert not cuda_int4.serves(torch.randn(1, 256, dtype=torch.bfloat16), packed, scale)
+    assert cuda_int4.kernel_for(torch.randn(1, 256, dtype=torch.bfloat16), packed, scale) is None
 
 
 def _nvrtc_loads() -> bool:
@@ -52,7 +52,7 @@ def _nvrtc_loads() -> bool:
 @pytest.mark.parametrize("arch", ["80", "90"])
 def test_every_build_compiles(arch: str) -> None:
     for n, k in E2B:
-        image = cuda_int4._cubin(cuda_int4.source(k, cuda_int4.split(n, k)), arch)
+        image = cuda_int4.cubin(cuda_int4.source(k, cuda_int4.split(n, k)), arch)
         assert image[:4] == b"\x7fELF", (n, k)
 
 
@@ -74,21 +74,24 @@ def _weight(n: int, k: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, torc
 @pytest.mark.parametrize(("n", "k"), [*E2B, (100, 1024)])
 def test_the_product_matches_dequantize_then_matmul_as_gemv_int4_does(n: int, k: int) -> None:
     x, packed, scale = _weight(n, k, n + k)
-    assert cuda_int4.serves(x, packed, scale)
+    kernel = cuda_int4.kernel_for(x, packed, scale)
+    assert kernel is not None
     want = (x.float() @ int4.dequantize(packed, scale, torch.float32).T).flatten()
     top = float(want.abs().max())
-    got = cuda_int4.product(x, packed, scale).float().flatten()
+    got = kernel.product(x, packed, scale).float().flatten()
     triton = kernels._launch(x, (packed, scale), prologue=kernels.PLAIN).float().flatten()
     assert float((got - want).abs().max()) / top < 1e-2
     assert float((got - want).abs().max()) <= 2 * float((triton - want).abs().max()) + 1e-3
-    assert torch.equal(cuda_int4.product(x, packed, scale).flatten(), got.to(torch.bfloat16))
+    assert torch.equal(kernel.product(x, packed, scale).flatten(), got.to(torch.bfloat16))
 
 
 @cuda
 def test_kernels_linear_runs_it_and_a_cuda_graph_replays_it() -> None:
     x, packed, scale = _weight(1536, 6144, 7)
     eager = kernels.linear(x, (packed, scale))
-    assert torch.equal(eager, cuda_int4.product(x, packed, scale))
+    kernel = cuda_int4.kernel_for(x, packed, scale)
+    assert kernel is not None
+    assert torch.equal(eager, kernel.product(x, packed, scale))
     out: list[torch.Tensor] = []
     kernels.linear(x, (packed, scale))  # warm, off the capture
     graph = torch.cuda.CUDAGraph()
@@ -102,11 +105,11 @@ def test_kernels_linear_runs_it_and_a_cuda_graph_replays_it() -> None:
 @cuda
 def test_rows_it_does_not_take_run_gemv_int4() -> None:
     x, packed, scale = _weight(256, 1536, 3)
-    assert not cuda_int4.serves(x.half(), packed, scale)
-    assert not cuda_int4.serves(torch.cat([x, x]), packed, scale)
+    assert cuda_int4.kernel_for(x.half(), packed, scale) is None
+    assert cuda_int4.kernel_for(torch.cat([x, x]), packed, scale) is None
     offset = torch.empty(1, 1537, device="cuda", dtype=torch.bfloat16)[:, 1:]
     offset.copy_(x)
-    assert not cuda_int4.serves(offset, packed, scale)  # not 16-byte aligned
+    assert cuda_int4.kernel_for(offset, packed, scale) is None  # not 16-byte aligned
     got = kernels.linear(offset, (packed, scale)).float()
     want = x.float() @ int4.dequantize(packed, scale, torch.float32).T
     assert float((got - want).abs().max()) < 1e-2 * float(want.abs().max())
