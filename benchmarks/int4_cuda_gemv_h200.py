@@ -24,7 +24,7 @@ import json
 import math
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,13 +53,13 @@ class Config:
 
     def rows_a_block(self) -> int:
         v = dict(self.values)
-        if self.kernel == "mma":
-            return cuda_int4.ROWS_A_BLOCK
         return v["WARPS"] * (32 // v["LANES"]) * v["ROWS"]
 
     def threads(self) -> int:
-        v = dict(self.values)
-        return 32 * (v["SPLIT"] if self.kernel == "mma" else v["WARPS"])
+        return 32 * dict(self.values)["WARPS"]
+
+    def mma(self, n: int, k: int) -> cuda_int4.Build:
+        return cuda_int4.Build(n, k, dict(self.values)["SPLIT"])
 
     def name(self) -> str:
         return self.kernel + "_" + "_".join(f"{k.lower()}{v}" for k, v in self.values)
@@ -79,25 +79,29 @@ def configs(k: int) -> Iterator[Config]:
         yield Config("mma", (("SPLIT", split),))
 
 
-def source(k: int, config: Config) -> str:
+def source(n: int, k: int, config: Config) -> str:
+    if config.kernel == "mma":
+        return config.mma(n, k).source()
     return cuda_int4.substituted(
         SOURCES[config.kernel], (("K", k), ("X_LOAD", X_LOAD), *config.values)
     )
 
 
-def cubin_name(k: int, config: Config) -> str:
-    return f"k{k}_{config.name()}.cubin"
+def cubin_name(n: int, k: int, config: Config) -> str:
+    # The mma kernel is built for its N too (a compile-time constant there).
+    return f"{f'n{n}_' if config.kernel == 'mma' else ''}k{k}_{config.name()}.cubin"
 
 
-def build(out: Path, ks: list[int]) -> int:
-    """Every configuration of every K as an sm_90 cubin, by nvcc (on a machine without a GPU)."""
+def build(out: Path, shapes: list[tuple[int, int]]) -> int:
+    """Every configuration of every (N, K) as an sm_90 cubin, by nvcc (on a machine
+    without a GPU)."""
     out.mkdir(parents=True, exist_ok=True)
     count = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for k in sorted(set(ks)):
+        for n, k in sorted(set(shapes)):
             for cfg in configs(k):
                 cu = Path(tmp) / "gemv.cu"
-                cu.write_text(source(k, cfg))
+                cu.write_text(source(n, k, cfg))
                 subprocess.run(
                     [
                         "nvcc",
@@ -105,7 +109,7 @@ def build(out: Path, ks: list[int]) -> int:
                         "-arch=sm_90",
                         "-O3",
                         "-o",
-                        str(out / cubin_name(k, cfg)),
+                        str(out / cubin_name(n, k, cfg)),
                         str(cu),
                     ],
                     check=True,
@@ -114,10 +118,22 @@ def build(out: Path, ks: list[int]) -> int:
     return count
 
 
-def _image(k: int, cfg: Config, cubins: Path | None) -> bytes:
+def _image(n: int, k: int, cfg: Config, cubins: Path | None) -> bytes:
     if cubins is not None:
-        return (cubins / cubin_name(k, cfg)).read_bytes()
-    return cuda_int4.cubin(source(k, cfg), "90")
+        return (cubins / cubin_name(n, k, cfg)).read_bytes()
+    return cuda_int4.cubin(source(n, k, cfg), "90")
+
+
+def _launcher(n: int, k: int, cfg: Config, cubins: Path | None) -> Callable[..., None]:
+    """launch(packed, scale, x, y) of one build."""
+    import torch
+
+    kernel = cuda_int4.Kernel(_image(n, k, cfg, cubins), torch.device("cuda"))
+    if cfg.kernel == "mma":
+        product = cuda_int4.Product(cfg.mma(n, k), kernel)
+        return lambda wq, ws, x, y: product(x, wq, ws, y)
+    blocks = -(-n // cfg.rows_a_block())
+    return lambda wq, ws, x, y: kernel.launch(blocks, cfg.threads(), [wq, ws, x, y, n])
 
 
 def shape_times(n: int, k: int, cubins: Path | None) -> dict[str, Any]:
@@ -158,15 +174,13 @@ def shape_times(n: int, k: int, cubins: Path | None) -> dict[str, Any]:
         entry: dict[str, Any] = {"kernel": cfg.kernel, "config": cfg.name()}
         tried.append(entry)
         try:
-            kernel = cuda_int4.Kernel(
-                _image(k, cfg, cubins), x.device, cfg.rows_a_block(), cfg.threads()
-            )
+            kernel = _launcher(n, k, cfg, cubins)
             y = torch.zeros(n, device="cuda", dtype=torch.bfloat16)
             kernel(packed, scale, x, y)
             torch.cuda.synchronize()
             entry["err"] = float((y.float() - ref).abs().max()) / top
 
-            def launch(kernel: cuda_int4.Kernel = kernel) -> None:
+            def launch(kernel: Callable[..., None] = kernel) -> None:
                 for (wq, ws), y in zip(weights, outs, strict=True):
                     kernel(wq, ws, x, y)
 
@@ -201,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.gemv_h200 import SHAPES
 
     if args.build:
-        print(f"{build(args.build, [k for _, _, k, _ in SHAPES])} cubins in {args.build}")
+        print(f"{build(args.build, [(n, k) for _, n, k, _ in SHAPES])} cubins in {args.build}")
         return 0
     import torch
 

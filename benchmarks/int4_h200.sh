@@ -282,7 +282,7 @@ patch)
   git apply "$PATCH" || exit 1
   if [ -n "${TESTS:-}" ]; then
     timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_kernels.py \
-      tests/engines/pytorch/test_int4_cuda.py -k "$TESTS" > "$OUT/patch-tests.log" 2>&1
+      tests/engines/pytorch/test_int4_cuda.py tests/engines/pytorch/test_cuda_int4.py -k "$TESTS" > "$OUT/patch-tests.log" 2>&1
     echo "CUDA tests: $(tail -1 "$OUT/patch-tests.log") at ${SECONDS}s"
   fi
   profile_run dp-patched "${TMO:-240}" --requests "${REQUESTS:-1}" \

@@ -1,20 +1,21 @@
 """The batch-1 int4 product on the tensor cores, written in CUDA C (`int4_mma.cu`, whose
-header says how it computes): compiled at first use for the device's SM by NVRTC (the
-library torch's CUDA wheels carry), loaded through the driver, and launched by
+header says how it computes), with the fused forms the decode program uses (`gemv_forms`:
+the norm scaled after the product, the residual step before it, the GELU gates and the
+residual step after it): compiled at first use for the device's SM by NVRTC (the library
+torch's CUDA wheels carry), loaded through the driver, and launched by
 `cuLaunchKernelEx`, as a programmatic dependent of the kernel before it where
-`dependent_launch` allows, as Triton launches `gemv_int4`. `kernels.linear` runs it (its
-custom op asks `kernel_for` at run time, where the tensors are real) for one row of bf16
-inputs over int4 weights in groups of 32 on sm_90 and later; the fused forms (norm
-prologues, GELU and residual epilogues) still run `gemv_int4`, and other GPUs (the T4's
-fp16, the L4, where it is not yet measured) run `gemv_int4` throughout.
+`dependent_launch` allows, as Triton launches `gemv_int4`. `kernels` asks `product_for`
+at run time (inside its custom ops, where the tensors are real) for one row of bf16
+inputs over int4 weights in groups of 32 on sm_90 and later; other forms, and other GPUs
+(the T4's fp16, the L4, where it is not yet measured), run `gemv_int4`.
 
 Why CUDA C: the mma's k slots take a lane's own group of inputs in any order, so no value
 moves between lanes after the wait (Triton's layout conversions put 23-33 barriers
 there in `gemv_int4`). Measured in benchmarks/records/2026-12-06-h100-split-residual-cuda-gemv.md
 and 2026-12-06-h100-cuda-int4-served.md.
 
-A device or library that cannot build it makes `kernel_for` None, once, with a logged
-line; the product then runs `gemv_int4`.
+A device or library that cannot build it makes `product_for` None, once a build, with a
+logged line; the product then runs `gemv_int4`.
 """
 
 from __future__ import annotations
@@ -23,13 +24,24 @@ import ctypes
 import functools
 import importlib.util
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
 from contract.errors import BenchError
 from engines.pytorch import dependent_launch
+from engines.pytorch.gemv_forms import (
+    GELU_PAIR,
+    GELU_TIMES,
+    NO_EPILOGUE,
+    PLAIN,
+    RESIDUAL,
+    RESIDUAL_AFTER,
+    RMS_NORM_AFTER,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +51,32 @@ GROUP = 32
 CHUNK = 128  # inputs a warp takes at a time: four groups
 ROWS_A_BLOCK = 16
 MAX_CHUNKS_A_WARP = 12  # a warp holds its chunks' words in registers before its wait
+# The prologues it builds (`gemv_forms`); every epilogue, but the residual step after
+# the product reads the residual row where the residual step before it reads the branch.
+PROLOGUES = (PLAIN, RESIDUAL, RMS_NORM_AFTER)
+# The residual steps (prologue 3, epilogue 3) hold a whole row in registers, 16 bytes of
+# each of three rows a vector: at most this many vectors a thread.
+MAX_ROW_VECTORS_A_THREAD = 8
 # Warps a block over the same 16 rows, as `benchmarks/int4_cuda_gemv_h200.py` measured
-# best for E2B's shapes on an H100 (the H200's SM), by (N, K); other shapes take the rule
-# in `split`.
+# best for E2B's shapes on an H100 (the H200's SM), by (weight rows, K), for the plain
+# product; other shapes take the rule in `split`.
 MEASURED_SPLITS = {
     (2560, 1536): 12, (5120, 1536): 6, (2048, 1536): 12, (4096, 1536): 6,
     (1536, 2048): 16, (1536, 4096): 16, (12288, 1536): 3, (24576, 1536): 12,
     (1536, 6144): 16, (1536, 12288): 12, (256, 1536): 12, (1536, 256): 1,
     (8960, 1536): 3, (262144, 1536): 6,
 }  # fmt: skip
+# The fused forms are served at the shapes where they were measured faster than
+# `gemv_int4` (`benchmarks/int4_cuda_forms_h200.py`, an H100), with the split measured
+# fastest there, by (prologue, epilogue, N outputs, K); elsewhere `gemv_int4` runs them.
+# Not served: the norm scaled after q/k/v (1.08-1.33x `gemv_int4`'s time), the residual
+# step after o and the per-layer projection (1.02-1.39x, and worse on the served step),
+# the double-wide gate/up pair (1.14x).
+MEASURED_FORMS = {
+    (RESIDUAL, GELU_TIMES, 256, 1536): 12,  # the per-layer gate: 0.61x
+    (RMS_NORM_AFTER, GELU_PAIR, 6144, 1536): 4,  # gate/up: 0.96x
+    (RMS_NORM_AFTER, NO_EPILOGUE, 262144, 1536): 3,  # the LM head: 0.96x
+}
 # Served from this compute capability on: the source builds for sm_80 (bf16 mma), but it
 # has been measured against `gemv_int4` only on sm_90 (H100; the H200 has its SM).
 MEASURED_ON = (9, 0)
@@ -56,27 +85,38 @@ WARPS_A_LAUNCH = 2048
 PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
-def splits(k: int) -> list[int]:
-    """The warps a block over 16 rows that divide a row of K inputs into whole chunks,
-    at most `MAX_CHUNKS_A_WARP` a warp."""
+def splits(k: int, tiles: int = 1) -> list[int]:
+    """The warps a block over 16 rows (of each of `tiles` weights: two for a GELU pair)
+    that divide a row of K inputs into whole chunks, at most `MAX_CHUNKS_A_WARP` chunks of
+    rows a warp."""
     chunks = k // CHUNK
-    return [s for s in range(1, 17) if chunks % s == 0 and chunks // s <= MAX_CHUNKS_A_WARP]
+    return [s for s in range(1, 17) if chunks % s == 0 and chunks // s * tiles <= MAX_CHUNKS_A_WARP]
 
 
-def split(n: int, k: int) -> int:
-    """The measured split of (N, K), else the fewest warps a block that make a launch of
-    `WARPS_A_LAUNCH` warps (the most there are where none does)."""
-    allowed = splits(k)
-    measured = MEASURED_SPLITS.get((n, k))
-    if measured in allowed:
-        return measured
+def split(n: int, k: int, tiles: int = 1) -> int:
+    """The measured split of the weight's (N * tiles, K) rows, else the fewest warps a
+    block that make a launch of `WARPS_A_LAUNCH` warps (the most there are where none
+    does). A GELU pair takes as many chunks of rows a warp as the plain product over its
+    merged weight: twice its warps."""
+    allowed = splits(k, tiles)
+    measured = MEASURED_SPLITS.get((n * tiles, k))
+    if measured is not None:
+        return next((s for s in allowed if s >= measured * tiles), allowed[-1])
     blocks = -(-n // ROWS_A_BLOCK)
     return next((s for s in allowed if blocks * s >= WARPS_A_LAUNCH), allowed[-1])
 
 
-def shape_fits(n: int, k: int, group: int) -> bool:
-    """Whether the kernel takes an (N, K) weight in groups of `group`."""
-    return group == GROUP and k % CHUNK == 0 and bool(splits(k)) and n > 0
+def form_split(prologue: int, epilogue: int, n: int, k: int) -> int | None:
+    """The warps a block of the build that serves this form and shape, or None where
+    `gemv_int4` does: `split` for the plain product, `MEASURED_FORMS` for a fused one."""
+    if (prologue, epilogue) == (PLAIN, NO_EPILOGUE):
+        return split(n, k)
+    return MEASURED_FORMS.get((prologue, epilogue, n, k))
+
+
+def shape_fits(n: int, k: int, group: int, tiles: int = 1) -> bool:
+    """Whether the kernel takes N outputs of K inputs in groups of `group`."""
+    return group == GROUP and k % CHUNK == 0 and bool(splits(k, tiles)) and n > 0
 
 
 class LaunchAttribute(ctypes.Structure):
@@ -147,16 +187,43 @@ def substituted(path: Path, values: Iterable[tuple[str, object]]) -> str:
     return text
 
 
-def source(k: int, split_warps: int) -> str:
-    return substituted(SOURCE, (("K", k), ("SPLIT", split_warps), ("X_LOAD", "__ldg")))
+@dataclass(frozen=True)
+class Build:
+    """One compiled form of `KERNEL`: N outputs of K inputs, `split` warps a block, the
+    fused prologue and epilogue (`gemv_forms`), and whether the residual step takes a
+    scalar."""
+
+    n: int
+    k: int
+    split: int
+    prologue: int = PLAIN
+    epilogue: int = NO_EPILOGUE
+    scale: bool = False
+
+    def source(self) -> str:
+        values = (
+            ("N", self.n), ("K", self.k), ("SPLIT", self.split), ("X_LOAD", "__ldg"),
+            ("PROLOGUE", self.prologue), ("EPILOGUE", self.epilogue), ("SCALE", int(self.scale)),
+        )  # fmt: skip
+        return substituted(SOURCE, values)
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.n // ROWS_A_BLOCK)
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.split
+
+
+Argument = torch.Tensor | int | float
 
 
 class Kernel:
-    """One build of `KERNEL` (a cubin image), loaded into `device`'s context; a launch
-    takes `rows_a_block` rows a block of `threads`, and is a programmatic dependent of the
-    kernel before it where `dependent_launch` allows."""
+    """One cubin's `name` kernel loaded into `device`'s context; a launch is a
+    programmatic dependent of the kernel before it where `dependent_launch` allows."""
 
-    def __init__(self, image: bytes, device: torch.device, rows_a_block: int, threads: int):
+    def __init__(self, image: bytes, device: torch.device, name: str = KERNEL):
         import torch.cuda._utils as cuda_utils
 
         self.driver = cuda_utils._get_gpu_runtime_library()
@@ -166,12 +233,10 @@ class Kernel:
             self._check(self.driver.cuModuleLoadData(ctypes.byref(self.module), image), "load")
             self._check(
                 self.driver.cuModuleGetFunction(
-                    ctypes.byref(self.func), self.module, KERNEL.encode()
+                    ctypes.byref(self.func), self.module, name.encode()
                 ),
                 "get function",
             )
-        self.rows_a_block = rows_a_block
-        self.threads = threads
         self.attr = LaunchAttribute(id=PROGRAMMATIC_STREAM_SERIALIZATION)
         self.attr.value[0] = 1
 
@@ -181,42 +246,93 @@ class Kernel:
             self.driver.cuGetErrorName(code, ctypes.byref(name))
             raise BuildError(f"{what}: CUDA driver error {code} ({(name.value or b'').decode()})")
 
-    def __call__(
-        self, packed: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, y: torch.Tensor
-    ) -> None:
-        """y = x @ dequantize(packed, scale)^T, into `y`."""
-        n = packed.shape[0]
+    def launch(self, blocks: int, threads: int, args: Sequence[Argument]) -> None:
+        """`blocks` blocks of `threads` on the current stream of the first tensor's device;
+        tensors pass as their addresses, ints as int, floats as float."""
+        device = next(a for a in args if isinstance(a, torch.Tensor)).device
         config = LaunchConfig()
-        config.grid[:] = (-(-n // self.rows_a_block), 1, 1)
-        config.block[:] = (self.threads, 1, 1)
-        config.stream = torch.cuda.current_stream(x.device).cuda_stream
-        if dependent_launch.enabled(x.device):
+        config.grid[:] = (blocks, 1, 1)
+        config.block[:] = (threads, 1, 1)
+        config.stream = torch.cuda.current_stream(device).cuda_stream
+        if dependent_launch.enabled(device):
             config.attrs = ctypes.pointer(self.attr)
             config.count = 1
-        args = [ctypes.c_void_p(t.data_ptr()) for t in (packed, scale, x, y)] + [ctypes.c_int(n)]
-        params = (ctypes.c_void_p * len(args))(
-            *[ctypes.cast(ctypes.byref(a), ctypes.c_void_p) for a in args]
+        values = [
+            ctypes.c_void_p(a.data_ptr())
+            if isinstance(a, torch.Tensor)
+            else ctypes.c_int(a)
+            if isinstance(a, int)
+            else ctypes.c_float(a)
+            for a in args
+        ]
+        params = (ctypes.c_void_p * len(values))(
+            *[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values]
         )
         self._check(
             self.driver.cuLaunchKernelEx(ctypes.byref(config), self.func, params, None), "launch"
         )
 
+
+class Operands(NamedTuple):
+    """What a fused form reads besides the input and the weight (`kernels`' names): the
+    branch (prologue 3) or the residual row (epilogue 3) as `other`, the norm weight of
+    prologue 5, the branch's norm weight, the scalar, the new residual row's buffer, the
+    multiplier of epilogue 2, and the launch counter of epilogue 3."""
+
+    other: torch.Tensor | None = None
+    norm_weight: torch.Tensor | None = None
+    branch_norm: torch.Tensor | None = None
+    scalar: torch.Tensor | None = None
+    x_out: torch.Tensor | None = None
+    multiplier: torch.Tensor | None = None
+    counter: torch.Tensor | None = None
+    eps: float = 0.0
+
+
+NO_OPERANDS = Operands()
+
+
+class Product:
+    """A loaded build, launched over one row."""
+
+    def __init__(self, build: Build, kernel: Kernel):
+        self.build = build
+        self.kernel = kernel
+
+    def __call__(
+        self,
+        x: torch.Tensor,
+        packed: torch.Tensor,
+        scale: torch.Tensor,
+        y: torch.Tensor,
+        operands: Operands = NO_OPERANDS,
+    ) -> None:
+        """y = the fused form of x @ dequantize(packed, scale)^T, into `y` (and the new
+        residual row into `operands.x_out`, where the form makes one)."""
+        o = operands
+        pointers = [x if t is None else t for t in (o.other, o.norm_weight, o.branch_norm)]
+        pointers += [x if t is None else t for t in (o.scalar, o.x_out, o.multiplier, o.counter)]
+        self.kernel.launch(
+            self.build.blocks, self.build.threads, [packed, scale, x, y, *pointers, o.eps]
+        )
+
     def product(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        """x (1, K) @ dequantize(packed, scale)^T as (1, N)."""
-        y = torch.empty(1, packed.shape[0], dtype=x.dtype, device=x.device)
-        self(packed, scale, x, y)
+        """x (1, K) @ dequantize(packed, scale)^T as (1, N), for the plain build."""
+        y = torch.empty(1, self.build.n, dtype=x.dtype, device=x.device)
+        self(x, packed, scale, y)
         return y
 
 
 @functools.cache
-def _kernel(device: torch.device, k: int, split_warps: int) -> Kernel | None:
+def _product(device: torch.device, build: Build) -> Product | None:
     major, minor = torch.cuda.get_device_capability(device)
     try:
-        image = cubin(source(k, split_warps), f"{major}{minor}")
-        return Kernel(image, device, ROWS_A_BLOCK, 32 * split_warps)
+        return Product(build, Kernel(cubin(build.source(), f"{major}{minor}"), device))
     except (BuildError, OSError, AttributeError) as exc:
         log.warning(
-            "int4: the CUDA C product does not build here (%s); gemv_int4 runs instead", exc
+            "int4: the CUDA C product %s does not build here (%s); gemv_int4 runs instead",
+            build,
+            exc,
         )
         return None
 
@@ -225,17 +341,48 @@ def _aligned(t: torch.Tensor, bytes_: int) -> bool:
     return t.is_contiguous() and t.data_ptr() % bytes_ == 0
 
 
-def kernel_for(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> Kernel | None:
+def _form_fits(build: Build, operands: Operands) -> bool:
+    if build.prologue not in PROLOGUES:
+        return False
+    if build.prologue == RESIDUAL and build.epilogue == RESIDUAL_AFTER:
+        return False  # `other` is the branch of one and the residual row of the other
+    rows = [build.k] if build.prologue == RESIDUAL else []
+    rows += [build.n] if build.epilogue == RESIDUAL_AFTER else []
+    for length in rows:
+        if length % 8 or -(-length // 8 // build.threads) > MAX_ROW_VECTORS_A_THREAD:
+            return False
+        row_operands = (operands.other, operands.branch_norm, operands.x_out)
+        if any(t is None or not _aligned(t, 16) for t in row_operands):
+            return False
+    return operands.norm_weight is None or _aligned(operands.norm_weight, 16)
+
+
+def product_for(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    prologue: int = PLAIN,
+    epilogue: int = NO_EPILOGUE,
+    operands: Operands = NO_OPERANDS,
+) -> Product | None:
     """The build that takes this product, if one does: one bf16 row on sm_90 or later,
-    bf16 scales in groups of 32, rows contiguous and 16-byte aligned, and the kernel
-    builds; else None."""
+    bf16 scales in groups of 32 and bf16 operands, rows contiguous and 16-byte aligned, a
+    form it builds, and the kernel builds; else None."""
     if x.device.type != "cuda" or x.shape[0] != 1 or x.dtype != torch.bfloat16:
         return None
     if scale.dtype != torch.bfloat16 or torch.cuda.get_device_capability(x.device) < MEASURED_ON:
         return None
-    n, k = packed.shape[0], x.shape[1]
-    if packed.shape[1] * 8 != k or not shape_fits(n, k, k // scale.shape[1]):
+    tiles = 2 if epilogue == GELU_PAIR else 1
+    n, k = packed.shape[0] // tiles, x.shape[1]
+    if packed.shape[1] * 8 != k or not shape_fits(n, k, k // scale.shape[1], tiles):
+        return None
+    given = [t for t in operands[:-2] if t is not None]  # the counter is int32, eps a float
+    if any(t.dtype != torch.bfloat16 or not t.is_contiguous() for t in given):
         return None
     if not (_aligned(packed, 16) and _aligned(scale, 2) and _aligned(x, 16)):
         return None
-    return _kernel(x.device, k, split(n, k))
+    split_warps = form_split(prologue, epilogue, n, k)
+    if split_warps is None or split_warps not in splits(k, tiles):
+        return None
+    build = Build(n, k, split_warps, prologue, epilogue, operands.scalar is not None)
+    return _product(x.device, build) if _form_fits(build, operands) else None

@@ -18,7 +18,7 @@ from pathlib import Path
 import triton
 
 from contract.errors import BenchError
-from engines.pytorch.kernels import RESIDUAL_AFTER
+from engines.pytorch.gemv_forms import RESIDUAL_AFTER
 
 # Splits are worth offering while the output tiles alone would leave SMs idle (an H200
 # has 132; two programs an SM hide more latency).

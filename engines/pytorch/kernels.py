@@ -43,8 +43,9 @@ tried per (N, K) by Triton's autotuner the first time a shape runs on a machine;
 timings are kept in Triton's disk cache, so later processes there reuse the choice.
 
 Int4 weights (`int4`: the pair (packed, scale)) take the same entry points: at batch 1
-`gemv_int4`, the same prologues and epilogues over int4 rows (the plain product on sm_90
-runs `cuda_int4`'s CUDA C product on the tensor cores instead, where it serves); for 2 to 64 rows
+`cuda_int4`'s CUDA C product on the tensor cores, with the forms the decode program uses,
+where it serves (sm_90 and later), else `gemv_int4`, the same prologues and epilogues over
+int4 rows in Triton; for 2 to 64 rows
 `matmul_int4`, the int4 tile dequantized in registers for the tensor cores, with a
 deterministic split-K for narrow outputs (both in `triton_int4`); more rows (prefill) and
 the CPU dequantize and run the dense product (on CUDA through
@@ -65,11 +66,21 @@ import torch
 import torch.nn.functional as F
 
 from engines.pytorch import cuda_int4, dependent_launch
+from engines.pytorch.gemv_forms import (
+    GELU_MUL,
+    GELU_PAIR,
+    GELU_TIMES,
+    NO_EPILOGUE,
+    PLAIN,
+    RESIDUAL,
+    RESIDUAL_AFTER,
+    RESIDUAL_NORM,
+    RMS_NORM,
+    RMS_NORM_AFTER,
+)
 
 log = logging.getLogger(__name__)
 
-PLAIN, RMS_NORM, GELU_MUL, RESIDUAL, RESIDUAL_NORM, RMS_NORM_AFTER = 0, 1, 2, 3, 4, 5
-NO_EPILOGUE, GELU_PAIR, GELU_TIMES, RESIDUAL_AFTER = 0, 1, 2, 3
 # A weight: dense (N, K), or int4 as (packed int32 (N, K/8), scale (N, K/group)) (`int4`).
 Weight: TypeAlias = torch.Tensor | tuple[torch.Tensor, torch.Tensor]
 # Int4 products of this many rows at most run `triton_int4.matmul_int4`; more rows
@@ -284,7 +295,18 @@ def _launch(
         n //= 2
     y = torch.empty(1, n, dtype=x.dtype, device=x.device)
     x = x.contiguous()
+    other = None if other is None else other.contiguous()
+    multiplier = None if multiplier is None else multiplier.contiguous()
     if isinstance(weight, tuple):
+        # Asked here, at run time, where the tensors (and their addresses) are real.
+        operands = cuda_int4.Operands(
+            other, norm_weight, branch_norm, scalar, x_out, multiplier,
+            _residual_counter(x.device), eps,
+        )  # fmt: skip
+        product = cuda_int4.product_for(x, *weight, prologue, epilogue, operands)
+        if product is not None:
+            product(x, *weight, y, operands)
+            return y
         kernel = _kernel("gemv_int4")
         weights: tuple[torch.Tensor, ...] = (*weight, y)
         extra: dict[str, int] = {"GROUP": k // weight[1].shape[1]}
@@ -292,12 +314,12 @@ def _launch(
         kernel, weights, extra = _kernel(), (weight, y), {}
     kernel[lambda meta: (-(-n // meta["BLOCK_N"]),)](
         x,
-        x if other is None else other.contiguous(),
+        x if other is None else other,
         x if norm_weight is None else norm_weight,
         x if branch_norm is None else branch_norm,
         x if scalar is None else scalar,
         x if x_out is None else x_out,
-        x if multiplier is None else multiplier.contiguous(),
+        x if multiplier is None else multiplier,
         _residual_counter(x.device),
         *weights,
         n,
@@ -441,27 +463,10 @@ def _parts(weight: Weight) -> tuple[torch.Tensor, torch.Tensor | None]:
     return weight if isinstance(weight, tuple) else (weight, None)
 
 
-@torch.library.custom_op("llm_serving_bench::linear_int4", mutates_args=())
-def _linear_int4_op(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    # Asked here, at run time, where the tensors (and their addresses) are real.
-    kernel = cuda_int4.kernel_for(x, packed, scale)
-    if kernel is not None:
-        return kernel.product(x, packed, scale)
-    return _launch(x, (packed, scale), prologue=PLAIN)
-
-
-@_linear_int4_op.register_fake
-def _linear_int4_shape(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return x.new_empty(1, packed.shape[0])
-
-
 def linear(x: torch.Tensor, weight: Weight, fused: bool = True) -> torch.Tensor:
-    """x (rows, K) @ weight (N, K)^T. One row over int4 weights runs `cuda_int4`'s product
-    where it serves, else `gemv_int4`."""
+    """x (rows, K) @ weight (N, K)^T."""
     if _use_kernel(fused, x, weight):
-        if isinstance(weight, tuple):
-            return _linear_int4_op(x, *weight)
-        return _gemv_op(x, weight, None, None, None, 0.0, PLAIN, NO_EPILOGUE)
+        return _gemv_op(x, *_parts(weight), None, None, 0.0, PLAIN, NO_EPILOGUE)
     return _matmul(x, weight)
 
 

@@ -8,10 +8,8 @@ kernel, so a CPU run never imports Triton. Under `TRITON_INTERPRET=1` the same f
 CPU through Triton's interpreter, which is how the tests check their arithmetic without a
 GPU (`tests/engines/pytorch/test_triton_interpreter.py`).
 
-Codes shared with `kernels` (Triton reads plain integers here): prologue 0 plain, 1 RMSNorm
-before the product, 2 GELU gate, 3 residual step, 4 residual step then RMSNorm, 5 RMSNorm
-scaled after the product; epilogue 0 none, 1 GELU gate of a gate/up pair, 2 GELU gate
-times a vector, 3 residual step after the product (`_residual_after`).
+The PROLOGUE and EPILOGUE codes are `gemv_forms`' (plain integers here: Triton reads
+constexprs); epilogue 3 is `_residual_after`.
 """
 
 # No `from __future__ import annotations`: Triton reads `tl.constexpr` annotations as objects.
