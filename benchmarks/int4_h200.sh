@@ -63,6 +63,12 @@
 #           table quantized by rows against in one pass), then the model step benchmark's
 #           peaks at load and over the steps, bf16 and int4, at 1 and 64 rows (about 3
 #           minutes);
+#   forms:  every fused form of the batch-1 int4 product against `gemv_int4`, at each split
+#           of `cuda_int4`'s CUDA build (`benchmarks.int4_cuda_forms_h200`; about 1 minute);
+#   gemm:   the 64-row probe (`benchmarks.int4_cuda_gemm_h200`: the tensor-core CUDA scheme
+#           with X in shared memory) against matmul_int4 and cuBLAS at ROWS (default 64),
+#           from cubins in GEMM_CUBINS (default .scratch/gemm-cubins, built here by its
+#           --build and carried), else compiled there by NVRTC;
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
@@ -74,7 +80,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|swap|patch|prefill|sweep|table|bound|chain|attention|planar|ncu|all
+#     steps|server|server-int4|profile|profile-tables|swap|patch|forms|gemm|prefill|sweep|table|bound|chain|attention|planar|ncu|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -290,6 +296,21 @@ patch)
   git apply -R "$PATCH"
   profile_run dp-shipped "${TMO:-200}" --requests "${REQUESTS:-1}" \
     --variant "shipped=--quantize w4a16 ${INT4_FLAGS:-}"
+  ;;
+forms)
+  timeout "${TMO:-200}" python3 -m benchmarks.int4_cuda_forms_h200 --out "$OUT/forms.json" \
+    > "$OUT/forms.log" 2>&1
+  echo "forms exit: $? at ${SECONDS}s"
+  tail -19 "$OUT/forms.log"
+  ;;
+gemm)
+  CUBINS="${GEMM_CUBINS:-.scratch/gemm-cubins}"
+  FROM=()
+  [ -d "$CUBINS" ] && FROM=(--cubins "$CUBINS")
+  timeout "${TMO:-400}" python3 -m benchmarks.int4_cuda_gemm_h200 "${FROM[@]}" \
+    --rows "${ROWS:-64}" --out "$OUT/gemm.json" > "$OUT/gemm.log" 2>&1
+  echo "gemm probe exit: $? at ${SECONDS}s"
+  tail -20 "$OUT/gemm.log"
   ;;
 prefill)
   for q in none w4a16; do

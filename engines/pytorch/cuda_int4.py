@@ -46,6 +46,7 @@ from engines.pytorch.gemv_forms import (
 log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("int4_mma.cu")
+COMMON = Path(__file__).with_name("int4_mma_common.cuh")  # the helpers every such kernel uses
 KERNEL = "w4a16_gemv"
 GROUP = 32
 CHUNK = 128  # inputs a warp takes at a time: four groups
@@ -187,6 +188,12 @@ def substituted(path: Path, values: Iterable[tuple[str, object]]) -> str:
     return text
 
 
+def cuda_source(path: Path, values: Iterable[tuple[str, object]]) -> str:
+    """A tensor-core int4 kernel's text to compile: `COMMON`'s helpers, then `path`
+    substituted."""
+    return COMMON.read_text() + "\n" + substituted(path, values)
+
+
 @dataclass(frozen=True)
 class Build:
     """One compiled form of `KERNEL`: N outputs of K inputs, `split` warps a block, the
@@ -205,7 +212,7 @@ class Build:
             ("N", self.n), ("K", self.k), ("SPLIT", self.split), ("X_LOAD", "__ldg"),
             ("PROLOGUE", self.prologue), ("EPILOGUE", self.epilogue), ("SCALE", int(self.scale)),
         )  # fmt: skip
-        return substituted(SOURCE, values)
+        return cuda_source(SOURCE, values)
 
     @property
     def blocks(self) -> int:
@@ -246,12 +253,13 @@ class Kernel:
             self.driver.cuGetErrorName(code, ctypes.byref(name))
             raise BuildError(f"{what}: CUDA driver error {code} ({(name.value or b'').decode()})")
 
-    def launch(self, blocks: int, threads: int, args: Sequence[Argument]) -> None:
-        """`blocks` blocks of `threads` on the current stream of the first tensor's device;
-        tensors pass as their addresses, ints as int, floats as float."""
+    def launch(self, blocks: int | tuple[int, int], threads: int, args: Sequence[Argument]) -> None:
+        """`blocks` blocks (x, or x and y) of `threads` on the current stream of the first
+        tensor's device; tensors pass as their addresses, ints as int, floats as float."""
         device = next(a for a in args if isinstance(a, torch.Tensor)).device
+        grid_x, grid_y = (blocks, 1) if isinstance(blocks, int) else blocks
         config = LaunchConfig()
-        config.grid[:] = (blocks, 1, 1)
+        config.grid[:] = (grid_x, grid_y, 1)
         config.block[:] = (threads, 1, 1)
         config.stream = torch.cuda.current_stream(device).cuda_stream
         if dependent_launch.enabled(device):

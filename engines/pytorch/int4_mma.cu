@@ -25,8 +25,8 @@
 // - epilogue 1, GELU of a gate/up pair; 2, GELU times a vector; 3, the residual step
 //   after: the last block to finish (a counter) reads the whole output row back past L1.
 // N, K, SPLIT, X_LOAD, PROLOGUE, EPILOGUE and SCALE are substituted before compiling
-// (NVRTC, no headers); sm_80 and later (bf16 mma), the dependent launch's two
-// instructions on sm_90 and later.
+// (NVRTC, after `int4_mma_common.cuh`'s helpers); sm_80 and later (bf16 mma), the
+// dependent launch's two instructions on sm_90 and later.
 
 #define N_ __N__
 #define K_ __K__
@@ -41,25 +41,9 @@
 #define PER_WARP (CHUNKS / SPLIT)
 #define THREADS (SPLIT * 32)
 
-__device__ __forceinline__ unsigned short float_bf16(float f) {
-    unsigned short h;
-    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-}
-
-__device__ __forceinline__ float bf16_float(unsigned short h) {
-    return __uint_as_float((unsigned)h << 16);
-}
-
-__device__ __forceinline__ float rounded(float v) { return bf16_float(float_bf16(v)); }
-
 __device__ __forceinline__ float gelu_tanh(float x) {
     const float inner = 0.7978845608028654f * (x + 0.044715f * x * x * x);
     return 0.5f * x * (2.0f - 2.0f / (__expf(2.0f * inner) + 1.0f));
-}
-
-__device__ __forceinline__ unsigned word_of(const uint4& v, int t) {
-    return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
 }
 
 // x + RMSNorm(b) * rw [* scalar], rounded where the unfused ops round.
@@ -81,10 +65,6 @@ __device__ __forceinline__ float block_sum(float v, float* warp_sums) {
     for (int w = 0; w < SPLIT; ++w) sum += warp_sums[w];
     __syncthreads();
     return sum;
-}
-
-__device__ __forceinline__ unsigned pair_bf16(float lo, float hi) {
-    return (unsigned)float_bf16(lo) | ((unsigned)float_bf16(hi) << 16);
 }
 
 // The residual step x + RMSNorm(b) * rw [* scalar] over a whole row of LEN values (a
@@ -143,37 +123,6 @@ __device__ __forceinline__ void residual_row(const unsigned short* x, const unsi
             if (also != nullptr) reinterpret_cast<uint4*>(also)[i] = v;
         }
     }
-}
-
-// Nibbles i and i + 4 of `word` as the bf16 pair ((u - 8) * s, (u' - 8) * s).
-__device__ __forceinline__ unsigned dequantized_pair(unsigned word, int i, unsigned s2) {
-    unsigned t = word >> (4 * i), out;
-    asm("{ .reg .b32 one, off, zero;\n"
-        "  mov.b32 one, 0x3F803F80; mov.b32 off, 0xC308C308; mov.b32 zero, 0x80008000;\n"
-        "  lop3.b32 %0, %1, 0x000F000F, 0x43004300, 0xEA;\n"
-        "  fma.rn.bf16x2 %0, %0, one, off;\n"
-        "  fma.rn.bf16x2 %0, %0, %2, zero; }"
-        : "=r"(out) : "r"(t), "r"(s2));
-    return out;
-}
-
-// The bf16 pairs a * b, each rounded once.
-__device__ __forceinline__ unsigned times(unsigned a, unsigned b) {
-    unsigned out;
-    asm("{ .reg .b32 zero;\n"
-        "  mov.b32 zero, 0x80008000;\n"
-        "  fma.rn.bf16x2 %0, %1, %2, zero; }"
-        : "=r"(out) : "r"(a), "r"(b));
-    return out;
-}
-
-__device__ __forceinline__ void mma(float* d, unsigned a0, unsigned a1, unsigned a2, unsigned a3,
-                                    unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 // other: the branch (prologue 3) or the residual row (epilogue 3); nw: the norm weight

@@ -273,3 +273,14 @@ def test_the_measured_forms_run_the_cuda_product_and_the_others_gemv_int4() -> N
             assert (product.build.prologue, product.build.epilogue) == (prologue, epilogue)
         else:
             assert product is None, (prologue, epilogue, n, k)
+
+
+@pytest.mark.skipif(not _nvrtc_loads(), reason="no NVRTC library loads here")
+def test_the_probes_cuda_sources_build_with_the_engines_helpers() -> None:
+    # benchmarks/int4_cuda_gemm_h200.py (64 rows) compiles its kernel after
+    # `int4_mma_common.cuh`, as the engine does; a few of its search's builds for sm_90.
+    from benchmarks import int4_cuda_gemm_h200 as gemm
+
+    for n, k, rows in ((1536, 6144, 64), (2560, 1536, 17), (1536, 256, 8)):
+        for cfg in gemm.configs(n, k)[:2]:
+            assert cuda_int4.cubin(gemm.source(n, k, rows, cfg), "90")[:4] == b"\x7fELF"

@@ -1,0 +1,165 @@
+// A probe for issue 18's 64-row target (`benchmarks/int4_cuda_gemm_h200.py`): the W4A16
+// product of up to 64 rows on the tensor cores, Y (M x N) = X (M x K) W^T, in the layout
+// and mma scheme of the engine's batch-1 product (engines/pytorch/int4_mma.cu; the
+// helpers of `int4_mma_common.cuh` come before this text). The question: does it beat
+// Triton's `matmul_int4` (0.88-0.92x of bf16's aggregate at 64 requests) where NCU found
+// that one held by its instruction chains at low occupancy?
+// - A block is WARPS warps, each over its own 16 weight rows, lane (g, c) loading group
+//   c of a chunk's four for rows g and g + 8 (16 bytes each) straight to registers,
+//   STAGES chunks in flight, the first before `griddepcontrol.wait`.
+// - Each 128-input chunk of X is staged once a block in shared memory, already in the
+//   mma's fragment order: batch rows meet the mma's eight columns, TILES tiles of 8 rows,
+//   lane (g, c) of a tile reading the 16 bytes of batch row 8 tile + g, group c, word t,
+//   its pairs (8t + i, 8t + i + 4) as the weight pairs are (one LDS.128 a tile and word,
+//   eight lanes a phase on distinct banks). Each dequantized weight pair meets all TILES
+//   tiles. X of the next chunk is read while the current one multiplies (two buffers,
+//   one barrier a chunk).
+// - SPLIT_K programs (grid y) split K where the row blocks alone leave SMs idle; each
+//   writes float32 partial sums and the last of a row block's to finish (a counter) adds
+//   them in split order and resets the counter, as `triton_int4.matmul_int4` does.
+// N, K, TILES, WARPS, SPLIT_K and STAGES are substituted before compiling; sm_80 and later.
+
+#define N_ __N__
+#define K_ __K__
+#define TILES __TILES__
+#define WARPS __WARPS__
+#define SPLIT_K __SPLIT_K__
+#define STAGES __STAGES__
+#define M_MAX (TILES * 8)
+#define GROUPS (K_ / 32)
+#define CHUNKS (K_ / 128 / SPLIT_K)
+#define THREADS (WARPS * 32)
+#define ROWS_A_BLOCK (16 * WARPS)
+#define X_VECS (M_MAX * 16)
+#define X_PER_THREAD ((X_VECS + THREADS - 1) / THREADS)
+
+// Inputs 8t .. 8t + 7 of a group in the mma's pair order: (8t, 8t + 4), (8t + 1, 8t + 5),
+// (8t + 2, 8t + 6), (8t + 3, 8t + 7).
+__device__ __forceinline__ uint4 pair_order(uint4 v) {
+    return make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
+                      __byte_perm(v.y, v.w, 0x5410), __byte_perm(v.y, v.w, 0x7632));
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS)
+w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
+           const uint4* __restrict__ x, unsigned short* __restrict__ y,
+           float* __restrict__ partial, unsigned* __restrict__ counters, int m) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, c = lane & 3;
+    const int kz = blockIdx.y;
+    const int row_a = blockIdx.x * ROWS_A_BLOCK + warp * 16 + g, row_b = row_a + 8;
+    const bool ok_a = row_a < N_, ok_b = row_b < N_;
+    __shared__ uint4 xs[2][TILES][4][32];
+    uint4 wa[STAGES], wb[STAGES];
+    unsigned sa[STAGES], sb[STAGES];
+
+    auto load_weights = [&](int slot, int j) {
+        const int group = (kz * CHUNKS + j) * 4 + c;
+        const uint4 zero = make_uint4(0x88888888u, 0x88888888u, 0x88888888u, 0x88888888u);
+        wa[slot] = ok_a ? __ldcs(wq + (size_t)row_a * GROUPS + group) : zero;
+        wb[slot] = ok_b ? __ldcs(wq + (size_t)row_b * GROUPS + group) : zero;
+        const unsigned a = ok_a ? ws[(size_t)row_a * GROUPS + group] : 0u;
+        const unsigned b = ok_b ? ws[(size_t)row_b * GROUPS + group] : 0u;
+        sa[slot] = a | (a << 16);
+        sb[slot] = b | (b << 16);
+    };
+    // X of chunk j, this thread's vectors (zeros past the batch's rows).
+    auto load_x = [&](uint4* xr, int j) {
+#pragma unroll
+        for (int p = 0; p < X_PER_THREAD; ++p) {
+            const int v = threadIdx.x + p * THREADS, r = v >> 4, u = v & 15;
+            xr[p] = v < X_VECS && r < m ? x[(size_t)r * (K_ / 8) + (kz * CHUNKS + j) * 16 + u]
+                                        : make_uint4(0u, 0u, 0u, 0u);
+        }
+    };
+    auto stage_x = [&](const uint4* xr, int buffer) {
+#pragma unroll
+        for (int p = 0; p < X_PER_THREAD; ++p) {
+            const int v = threadIdx.x + p * THREADS, r = v >> 4, u = v & 15;
+            if (v < X_VECS) xs[buffer][r >> 3][u & 3][(r & 7) * 4 + (u >> 2)] = pair_order(xr[p]);
+        }
+    };
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s)
+        if (s < CHUNKS) load_weights(s, s);
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+    {
+        uint4 xr[X_PER_THREAD];
+        load_x(xr, 0);
+        stage_x(xr, 0);
+    }
+    __syncthreads();
+    float d[TILES][4];
+#pragma unroll
+    for (int tile = 0; tile < TILES; ++tile) d[tile][0] = d[tile][1] = d[tile][2] = d[tile][3] = 0.0f;
+    for (int base = 0; base < CHUNKS; base += STAGES) {
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            const int j = base + s;
+            if (j + STAGES - 1 < CHUNKS) load_weights((s + STAGES - 1) % STAGES, j + STAGES - 1);
+            const bool more = j + 1 < CHUNKS;
+            uint4 xr[X_PER_THREAD];
+            if (more) load_x(xr, j + 1);
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+                const unsigned a = word_of(wa[s], t), b = word_of(wb[s], t);
+                const unsigned p0 = dequantized_pair(a, 0, sa[s]), p1 = dequantized_pair(b, 0, sb[s]);
+                const unsigned p2 = dequantized_pair(a, 1, sa[s]), p3 = dequantized_pair(b, 1, sb[s]);
+                const unsigned q0 = dequantized_pair(a, 2, sa[s]), q1 = dequantized_pair(b, 2, sb[s]);
+                const unsigned q2 = dequantized_pair(a, 3, sa[s]), q3 = dequantized_pair(b, 3, sb[s]);
+#pragma unroll
+                for (int tile = 0; tile < TILES; ++tile) {
+                    const uint4 xv = xs[j & 1][tile][t][lane];
+                    mma(d[tile], p0, p1, p2, p3, xv.x, xv.y);
+                    mma(d[tile], q0, q1, q2, q3, xv.z, xv.w);
+                }
+            }
+            if (more) stage_x(xr, (j + 1) & 1);
+            __syncthreads();
+        }
+    }
+    // Lane (g, c) holds rows g, g + 8 of batch rows 8 tile + 2c and 8 tile + 2c + 1.
+    if (SPLIT_K == 1) {
+#pragma unroll
+        for (int tile = 0; tile < TILES; ++tile) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int batch = tile * 8 + 2 * c + h;
+                if (batch < m && ok_a) y[(size_t)batch * N_ + row_a] = float_bf16(d[tile][h]);
+                if (batch < m && ok_b) y[(size_t)batch * N_ + row_b] = float_bf16(d[tile][2 + h]);
+            }
+        }
+        return;
+    }
+    float* mine = partial + (size_t)kz * M_MAX * N_;
+#pragma unroll
+    for (int tile = 0; tile < TILES; ++tile) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int batch = tile * 8 + 2 * c + h;
+            if (ok_a) mine[(size_t)batch * N_ + row_a] = d[tile][h];
+            if (ok_b) mine[(size_t)batch * N_ + row_b] = d[tile][2 + h];
+        }
+    }
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned last;
+    if (threadIdx.x == 0) last = atomicAdd(counters + blockIdx.x, 1u) == SPLIT_K - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < ROWS_A_BLOCK * M_MAX; e += THREADS) {
+        const int batch = e / ROWS_A_BLOCK, row = blockIdx.x * ROWS_A_BLOCK + e % ROWS_A_BLOCK;
+        if (batch < m && row < N_) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int z = 0; z < SPLIT_K; ++z) sum += __ldcg(partial + ((size_t)z * M_MAX + batch) * N_ + row);
+            y[(size_t)batch * N_ + row] = float_bf16(sum);
+        }
+    }
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
+}
