@@ -317,11 +317,10 @@ class Product:
     ) -> None:
         """y = the fused form of x @ dequantize(packed, scale)^T, into `y` (and the new
         residual row into `operands.x_out`, where the form makes one)."""
-        o = operands
-        pointers = [x if t is None else t for t in (o.other, o.norm_weight, o.branch_norm)]
-        pointers += [x if t is None else t for t in (o.scalar, o.x_out, o.multiplier, o.counter)]
+        # The kernel takes every tensor operand in `Operands`' order; x stands in for absent ones.
+        pointers = [x if t is None else t for t in operands[:-1]]
         self.kernel.launch(
-            self.build.blocks, self.build.threads, [packed, scale, x, y, *pointers, o.eps]
+            self.build.blocks, self.build.threads, [packed, scale, x, y, *pointers, operands.eps]
         )
 
     def product(self, x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:

@@ -17,11 +17,12 @@
 //   the product; lane (g, 0) holds rows g and g + 8. The SPLIT warps' sums meet in shared
 //   memory after one barrier, added in warp order, so a launch repeats to the bit.
 // Prologues and epilogues (the codes and roundings of `triton_kernels`):
-// - 5, the norm scaled after: the input times the norm weight (one bf16 rounding), and
-//   the squares of the raw input summed by one more mma with the input as A too (each
-//   row of A the same input), so the reciprocal RMS scales the sums at the end;
+// - 5, the norm scaled after: the input times the norm weight (one bf16 rounding; the
+//   norm weight read before the wait where a warp holds at most two chunks), and the
+//   squares of the raw input summed by one more mma with the input as A too (each row of
+//   A the same input), so the reciprocal RMS scales the sums at the end;
 // - 3, the residual step before: every block builds the new residual row in shared
-//   memory after one pass for the branch's RMS (block 0 also writes it out);
+//   memory from one round trip of 16-byte loads (block 0 also writes it out);
 // - epilogue 1, GELU of a gate/up pair; 2, GELU times a vector; 3, the residual step
 //   after: the last block to finish (a counter) reads the whole output row back past L1.
 // N, K, SPLIT, X_LOAD, PROLOGUE, EPILOGUE and SCALE are substituted before compiling
