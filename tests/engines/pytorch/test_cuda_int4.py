@@ -68,6 +68,13 @@ def test_measured_forms_are_fused_builds_it_takes() -> None:
     assert cuda_int4.form_split(PLAIN, RESIDUAL_AFTER, 1536, 2048) is None  # gemv_int4's
 
 
+def test_every_served_form_is_one_the_forms_benchmark_times() -> None:
+    from benchmarks.int4_cuda_forms_h200 import FORMS as TIMED
+
+    timed = {(prologue, epilogue, n, k) for _, prologue, epilogue, _, n, k, _ in TIMED}
+    assert set(cuda_int4.MEASURED_FORMS) <= timed
+
+
 def test_a_gelu_pair_takes_twice_the_warps_of_its_merged_weight() -> None:
     # gate/up: the plain product over its 12,288 merged rows measured 3 warps a block,
     # 4 chunks each; the pair's 6 warps a block take 2 chunks of both halves each.
