@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from collections.abc import Callable
 from typing import Any
 from unittest import mock
 
@@ -52,26 +51,49 @@ FORMS = (
 )
 
 
-def _bf16(*shape: int, scale: float = 1.0) -> torch.Tensor:
-    return torch.randn(*shape, device="cuda", dtype=torch.bfloat16) * scale
+Outputs = tuple[torch.Tensor | None, torch.Tensor | None]
 
 
-def _call(prologue: int, epilogue: int, scalar: bool, n: int, k: int) -> Callable[..., Any]:
-    """launch(weight): the form through `kernels`' entry point, on fixed operands."""
-    x, nw, rw_in, rw_out = _bf16(1, k), _bf16(k) + 1.0, _bf16(k), _bf16(n)
-    branch, m, residual = _bf16(1, k), _bf16(1, n), _bf16(1, n)
-    s = torch.full((1,), 0.7, device="cuda", dtype=torch.bfloat16) if scalar else None
+def _bf16(*shape: int, gen: torch.Generator | None = None, scale: float = 1.0) -> torch.Tensor:
+    return torch.randn(*shape, device="cuda", generator=gen, dtype=torch.bfloat16) * scale
+
+
+def form_operands(
+    n: int, k: int, scalar: bool, gen: torch.Generator | None = None
+) -> dict[str, Any]:
+    """What the forms of N outputs of K inputs read besides the input and the weight,
+    drawn at random (`run_form`'s names)."""
+    return {
+        "nw": _bf16(k, gen=gen, scale=0.5) + 1.0,
+        "branch": _bf16(1, k, gen=gen),
+        "rw_in": _bf16(k, gen=gen),
+        "rw_out": _bf16(n, gen=gen),
+        "m": _bf16(1, n, gen=gen),
+        "res": _bf16(1, n, gen=gen, scale=4.0),
+        "scalar": torch.full((1,), 0.7, device="cuda", dtype=torch.bfloat16) if scalar else None,
+    }
+
+
+def run_form(
+    prologue: int, epilogue: int, x: torch.Tensor, weight: kernels.Weight, o: dict[str, Any],
+    fused: bool,
+) -> Outputs:  # fmt: skip
+    """The form through the `kernels` entry point the decode program makes it with, at one
+    row, over `form_operands`: (its product, its new residual row), either None where the
+    form makes none."""
     if prologue == RESIDUAL:
-        return lambda w: kernels.residual_linear(
-            x, branch, rw_in, None, None, 1e-6, w, True, gate_times=m
+        return kernels.residual_linear(
+            x, o["branch"], o["rw_in"], None, None, 1e-6, weight, fused, gate_times=o["m"]
         )
     if epilogue == RESIDUAL_AFTER:
-        return lambda w: kernels.linear_residual(x, w, residual, rw_out, s, 1e-6, True)
+        return None, kernels.linear_residual(
+            x, weight, o["res"], o["rw_out"], o["scalar"], 1e-6, fused
+        )
     if epilogue == GELU_PAIR:
-        return lambda w: kernels.gated_norm_linear(x, nw, 1e-6, w, True, post_scale=True)
+        return kernels.gated_norm_linear(x, o["nw"], 1e-6, weight, fused, post_scale=True), None
     if prologue == RMS_NORM_AFTER:
-        return lambda w: kernels.norm_linear(x, nw, 1e-6, w, True, post_scale=True)
-    return lambda w: kernels.linear(x, w)
+        return kernels.norm_linear(x, o["nw"], 1e-6, weight, fused, post_scale=True), None
+    return kernels.linear(x, weight, fused), None
 
 
 def form_times(prologue: int, epilogue: int, scalar: bool, n: int, k: int) -> dict[str, Any]:
@@ -80,7 +102,10 @@ def form_times(prologue: int, epilogue: int, scalar: bool, n: int, k: int) -> di
     nbytes = packed.numel() * 4 + scale.numel() * 2
     copies = max(1, math.ceil(MIN_STREAM_BYTES / nbytes))
     weights = [(packed.clone(), scale.clone()) for _ in range(copies)]
-    launch = _call(prologue, epilogue, scalar, n, k)
+    x, operands = _bf16(1, k), form_operands(n, k, scalar)
+
+    def launch(w: kernels.Weight) -> None:
+        run_form(prologue, epilogue, x, w, operands, True)
 
     def chain() -> None:
         for w in weights:

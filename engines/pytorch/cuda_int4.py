@@ -69,14 +69,14 @@ MEASURED_SPLITS = {
 }  # fmt: skip
 # The fused forms are served at the shapes where they were measured faster than
 # `gemv_int4` (`benchmarks/int4_cuda_forms_h200.py`, an H100), with the split measured
-# fastest there, by (prologue, epilogue, N outputs, K); elsewhere `gemv_int4` runs them.
-# Not served: the norm scaled after q/k/v (1.08-1.33x `gemv_int4`'s time), the residual
-# step after o and the per-layer projection (1.02-1.39x, and worse on the served step),
-# the double-wide gate/up pair (1.14x).
+# fastest there, by (prologue, epilogue, N outputs, K); elsewhere `gemv_int4` runs them:
+# the norm scaled after q/k/v, the residual step after o and the per-layer projection
+# and the double-wide gate/up pair lost or tied (records:
+# benchmarks/records/2026-12-06-h100-cuda-int4-forms.md).
 MEASURED_FORMS = {
-    (RESIDUAL, GELU_TIMES, 256, 1536): 12,  # the per-layer gate: 0.61x
-    (RMS_NORM_AFTER, GELU_PAIR, 6144, 1536): 4,  # gate/up: 0.96x
-    (RMS_NORM_AFTER, NO_EPILOGUE, 262144, 1536): 3,  # the LM head: 0.96x
+    (RESIDUAL, GELU_TIMES, 256, 1536): 12,  # the per-layer gate
+    (RMS_NORM_AFTER, GELU_PAIR, 6144, 1536): 4,  # gate/up of the layers with their own K/V
+    (RMS_NORM_AFTER, NO_EPILOGUE, 262144, 1536): 3,  # the LM head
 }
 # Served from this compute capability on: the source builds for sm_80 (bf16 mma), but it
 # has been measured against `gemv_int4` only on sm_90 (H100; the H200 has its SM).
@@ -353,10 +353,10 @@ def _form_fits(build: Build, operands: Operands) -> bool:
         return False
     if build.prologue == RESIDUAL and build.epilogue == RESIDUAL_AFTER:
         return False  # `other` is the branch of one and the residual row of the other
-    rows = [build.k] if build.prologue == RESIDUAL else []
-    rows += [build.n] if build.epilogue == RESIDUAL_AFTER else []
-    for length in rows:
-        if length % 8 or -(-length // 8 // build.threads) > MAX_ROW_VECTORS_A_THREAD:
+    # The row a residual step reads in 16-byte vectors: K before the product, N after.
+    row = build.k if build.prologue == RESIDUAL else build.n
+    if build.prologue == RESIDUAL or build.epilogue == RESIDUAL_AFTER:
+        if row % 8 or -(-row // 8 // build.threads) > MAX_ROW_VECTORS_A_THREAD:
             return False
         row_operands = (operands.other, operands.branch_norm, operands.x_out)
         if any(t is None or not _aligned(t, 16) for t in row_operands):

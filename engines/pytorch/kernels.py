@@ -297,12 +297,12 @@ def _launch(
     x = x.contiguous()
     other = None if other is None else other.contiguous()
     multiplier = None if multiplier is None else multiplier.contiguous()
+    counter = _residual_counter(x.device)
     if isinstance(weight, tuple):
         # Asked here, at run time, where the tensors (and their addresses) are real.
         operands = cuda_int4.Operands(
-            other, norm_weight, branch_norm, scalar, x_out, multiplier,
-            _residual_counter(x.device), eps,
-        )  # fmt: skip
+            other, norm_weight, branch_norm, scalar, x_out, multiplier, counter, eps
+        )
         product = cuda_int4.product_for(x, *weight, prologue, epilogue, operands)
         if product is not None:
             product(x, *weight, y, operands)
@@ -320,7 +320,7 @@ def _launch(
         x if scalar is None else scalar,
         x if x_out is None else x_out,
         x if multiplier is None else multiplier,
-        _residual_counter(x.device),
+        counter,
         *weights,
         n,
         k,

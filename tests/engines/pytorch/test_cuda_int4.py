@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import torch
 
+from benchmarks.int4_cuda_forms_h200 import FORMS as TIMED_FORMS
+from benchmarks.int4_cuda_forms_h200 import form_operands, run_form
 from engines.pytorch import cuda_int4, int4, kernels
 from engines.pytorch.gemv_forms import (
     GELU_PAIR,
-    GELU_TIMES,
     NO_EPILOGUE,
     PLAIN,
     RESIDUAL,
@@ -29,16 +30,11 @@ from engines.pytorch.gemv_forms import (
 
 # E2B's products at one row (N, K), as `benchmarks/gemv_h200.py` lists them.
 E2B = [(2560, 1536), (1536, 2048), (1536, 6144), (1536, 12288), (256, 1536), (1536, 256)]
-# The decode program's fused forms over E2B's shapes: (prologue, epilogue, scalar, N, K).
-FORMS = [
-    (RMS_NORM_AFTER, NO_EPILOGUE, False, 2560, 1536),  # q/k/v
-    (RMS_NORM_AFTER, GELU_PAIR, False, 6144, 1536),  # gate/up
-    (RMS_NORM_AFTER, GELU_PAIR, False, 12288, 1536),  # gate/up, double-wide layers
-    (PLAIN, RESIDUAL_AFTER, False, 1536, 2048),  # o
-    (PLAIN, RESIDUAL_AFTER, True, 1536, 256),  # the per-layer projection
-    (RESIDUAL, GELU_TIMES, False, 256, 1536),  # the per-layer gate
-    (RMS_NORM_AFTER, NO_EPILOGUE, False, 262144, 1536),  # the LM head
-]
+# The decode program's fused forms over E2B's shapes, as the forms benchmark times them:
+# (prologue, epilogue, scalar, N, K).
+FORMS = sorted(
+    {(p, e, s, n, k) for _, p, e, s, n, k, _ in TIMED_FORMS if (p, e) != (PLAIN, NO_EPILOGUE)}
+)
 
 
 def test_measured_splits_divide_their_rows_and_the_rule_fills_the_gpu() -> None:
@@ -69,9 +65,7 @@ def test_measured_forms_are_fused_builds_it_takes() -> None:
 
 
 def test_every_served_form_is_one_the_forms_benchmark_times() -> None:
-    from benchmarks.int4_cuda_forms_h200 import FORMS as TIMED
-
-    timed = {(prologue, epilogue, n, k) for _, prologue, epilogue, _, n, k, _ in TIMED}
+    timed = {(prologue, epilogue, n, k) for _, prologue, epilogue, _, n, k, _ in TIMED_FORMS}
     assert set(cuda_int4.MEASURED_FORMS) <= timed
 
 
@@ -186,40 +180,6 @@ def _rand(*shape: int, gen: torch.Generator, scale: float = 1.0) -> torch.Tensor
     return torch.randn(*shape, device="cuda", generator=gen, dtype=torch.bfloat16) * scale
 
 
-Outputs = tuple[torch.Tensor | None, torch.Tensor | None]
-
-
-def _run_form(
-    prologue: int, epilogue: int, x: torch.Tensor, weight: kernels.Weight, o: dict[str, Any],
-    fused: bool,
-) -> Outputs:  # fmt: skip
-    """The `kernels` entry point that makes this form at one row: (its product, its new
-    residual row), either None where the form makes none."""
-    if prologue == RESIDUAL:
-        return kernels.residual_linear(
-            x, o["branch"], o["rw_in"], None, None, 1e-6, weight, fused, gate_times=o["m"]
-        )
-    if epilogue == RESIDUAL_AFTER:
-        return None, kernels.linear_residual(
-            x, weight, o["res"], o["rw_out"], o["scalar"], 1e-6, fused
-        )
-    if epilogue == GELU_PAIR:
-        return kernels.gated_norm_linear(x, o["nw"], 1e-6, weight, fused, post_scale=True), None
-    return kernels.norm_linear(x, o["nw"], 1e-6, weight, fused, post_scale=True), None
-
-
-def _operands(n: int, k: int, scalar: bool, gen: torch.Generator) -> dict[str, Any]:
-    return {
-        "nw": _rand(k, gen=gen, scale=0.5) + 1.0,
-        "branch": _rand(1, k, gen=gen),
-        "rw_in": _rand(k, gen=gen),
-        "rw_out": _rand(n, gen=gen),
-        "m": _rand(1, n, gen=gen),
-        "res": _rand(1, n, gen=gen, scale=4.0),
-        "scalar": torch.full((1,), 0.7, device="cuda", dtype=torch.bfloat16) if scalar else None,
-    }
-
-
 @cuda
 @pytest.mark.parametrize(
     ("prologue", "epilogue", "scalar", "n", "k"),
@@ -238,13 +198,13 @@ def test_each_fused_form_is_as_close_to_torch_as_gemv_int4(
     monkeypatch.setattr(cuda_int4, "form_split", lambda *args: forced)
     x = _rand(1, k, gen=gen, scale=3.0)
     weight = int4.quantize(_rand(rows, k, gen=gen, scale=k**-0.5), 32)
-    o = _operands(n, k, scalar, gen)
+    o = form_operands(n, k, scalar, gen)
     o32 = {key: None if v is None else v.float() for key, v in o.items()}
     # The torch form over the dequantized weight in float32: what both kernels approximate.
     dense = int4.dequantize(*weight, torch.float32)
-    want = _run_form(prologue, epilogue, x.float(), dense, o32, False)
-    got = _run_form(prologue, epilogue, x, weight, o, True)
-    triton = _gemv_int4(lambda: _run_form(prologue, epilogue, x, weight, o, True))
+    want = run_form(prologue, epilogue, x.float(), dense, o32, False)
+    got = run_form(prologue, epilogue, x, weight, o, True)
+    triton = _gemv_int4(lambda: run_form(prologue, epilogue, x, weight, o, True))
     for ours, theirs, exact in zip(got, triton, want, strict=True):
         if ours is None or theirs is None or exact is None:
             continue
@@ -253,7 +213,7 @@ def test_each_fused_form_is_as_close_to_torch_as_gemv_int4(
         assert err / top < 2e-2, (err / top, triton_err / top)
         assert err <= 2 * triton_err + 2e-3 * top, (err / top, triton_err / top)
     # The same bits again, and the residual step's counter left at zero for the next.
-    again = _run_form(prologue, epilogue, x, weight, o, True)
+    again = run_form(prologue, epilogue, x, weight, o, True)
     for first, second in zip(got, again, strict=True):
         assert (first is None and second is None) or torch.equal(first, second)
     assert int(kernels._residual_counter(x.device).item()) == 0
@@ -267,7 +227,7 @@ def test_the_measured_forms_run_the_cuda_product_and_the_others_gemv_int4() -> N
         rows = 2 * n if epilogue == GELU_PAIR else n
         x = _rand(1, k, gen=gen)
         packed, scale = int4.quantize(_rand(rows, k, gen=gen), 32)
-        o = _operands(n, k, scalar, gen)
+        o = form_operands(n, k, scalar, gen)
         operands = cuda_int4.Operands(
             other=o["branch"] if prologue == RESIDUAL else o["res"], norm_weight=o["nw"],
             branch_norm=o["rw_in"] if prologue == RESIDUAL else o["rw_out"],
