@@ -1,14 +1,14 @@
-"""A probe for issue 18's 64-row target: E2B's projections at ROWS rows (64 by default),
-each shape as a chain over weight copies past L2 in one CUDA graph (as
-`benchmarks.int4_h200` times them), through cuBLAS on bf16 weights, the engine's
-`matmul_int4` (`kernels.linear`) and `benchmarks/int4_cuda_gemm.cu` (the engine's
-batch-1 tensor-core scheme with the rows of X staged in shared memory; its header says
-how) at each configuration of a small search, side by side in one run. Each build's
-result is checked against dequantize-then-matmul before it is timed; the step's sum
-weights each shape by its count.
+"""E2B's projections at a few rows (issue 18's small-batch path): each shape as a chain
+over weight copies past L2 in one CUDA graph (as `benchmarks.int4_h200` times them),
+through cuBLAS on bf16 weights, Triton's `matmul_int4` and `cuda_int4_rows`' CUDA C
+product (`engines/pytorch/int4_mma_rows.cu`) at each configuration of a search, side by
+side in one run. Each build's result is checked against dequantize-then-matmul before it
+is timed; the step's sum weights each shape by its count. `--table` writes the builds
+that beat `matmul_int4` as the engine's table (`cuda_int4_rows.TABLE`).
 
-    python -m benchmarks.int4_cuda_gemm_h200 --build DIR    # nvcc: sm_90 cubins into DIR
+    python -m benchmarks.int4_cuda_gemm_h200 --build DIR --rows 8,16,32,64   # nvcc, sm_90
     python -m benchmarks.int4_cuda_gemm_h200 [--cubins DIR] [--rows 64] [--out result.json]
+        [--table engines/pytorch/int4_rows_configs.json]
 
 Without --cubins the builds are compiled on the GPU machine by NVRTC (torch's own).
 Prints a table; needs a CUDA device of compute capability 9.0.
@@ -19,59 +19,43 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
-from engines.pytorch import cuda_int4
+from engines.pytorch import cuda_int4, cuda_int4_rows
+from engines.pytorch.cuda_int4_rows import Build, Config
 
-SOURCE = Path(__file__).with_name("int4_cuda_gemm.cu")
 GROUP = 32
 SMS = 132  # an H100's and an H200's: split K only where the row blocks leave SMs idle
 MAX_ERR = 0.02  # of the largest output: a build whose result is further off is not timed
+SERVE_BELOW = 0.97  # of matmul_int4's time: what a build must reach to enter the table
 
 
-@dataclass(frozen=True)
-class Config:
-    """One build: WARPS warps a block (16 weight rows each), SPLIT_K programs along K,
-    STAGES chunks of weights in flight."""
-
-    warps: int
-    split_k: int
-    stages: int
-
-    def name(self) -> str:
-        return f"w{self.warps}_sk{self.split_k}_st{self.stages}"
-
-    def blocks(self, n: int) -> int:
-        return -(-n // (16 * self.warps))
-
-
-def configs(n: int, k: int) -> list[Config]:
+def configs(n: int, k: int, rows: int) -> list[Config]:
+    """The search at ROWS rows: split K until the blocks would fill the SMs twice; from
+    32 rows on, no fourth stage, and two fragments a warp for outputs of 8,192 rows or more
+    (where X's shared-memory reads and the registers are what a chunk costs; the only
+    shape it won at first was the LM head's)."""
     chunks = k // 128
+    wide = rows > 16
     found = []
-    for warps in (4, 8):
-        for split_k in (1, 2, 4, 8):
-            base = Config(warps, split_k, 1)
-            if chunks % split_k or (split_k > 1 and base.blocks(n) * split_k // 2 >= SMS):
-                continue
-            found += [
-                Config(warps, split_k, stages)
-                for stages in (2, 3, 4)
-                if (chunks // split_k) % stages == 0
-            ]
+    for rw in (1, 2) if wide and n >= 8192 else (1,):
+        for warps in (4, 8):
+            for split_k in (1, 2, 3, 4, 6, 8, 12, 16):
+                blocks = Build(n, k, 1, Config(warps, split_k, 1, rw)).blocks[0]
+                if chunks % split_k or (split_k > 1 and blocks * split_k // 2 >= SMS):
+                    continue
+                found += [
+                    Config(warps, split_k, stages, rw)
+                    for stages in ((2, 3) if wide else (2, 3, 4))
+                    if (chunks // split_k) % stages == 0
+                ]
     return found
-
-
-def source(n: int, k: int, rows: int, cfg: Config) -> str:
-    values = (
-        ("N", n), ("K", k), ("TILES", -(-rows // 8)), ("WARPS", cfg.warps),
-        ("SPLIT_K", cfg.split_k), ("STAGES", cfg.stages),
-    )  # fmt: skip
-    return cuda_int4.cuda_source(SOURCE, values)
 
 
 def cubin_name(n: int, k: int, rows: int, cfg: Config) -> str:
@@ -82,26 +66,23 @@ def build(out: Path, shapes: list[tuple[int, int]], rows: list[int]) -> int:
     """Every configuration of every shape and row count as an sm_90 cubin, by nvcc (on a
     machine without a GPU)."""
     out.mkdir(parents=True, exist_ok=True)
-    count = 0
+    jobs = [
+        (n, k, m, cfg) for n, k in sorted(set(shapes)) for m in rows for cfg in configs(n, k, m)
+    ]
     with tempfile.TemporaryDirectory() as tmp:
-        for n, k in sorted(set(shapes)):
-            for m in rows:
-                for cfg in configs(n, k):
-                    cu = Path(tmp) / "gemm.cu"
-                    cu.write_text(source(n, k, m, cfg))
-                    target = out / cubin_name(n, k, m, cfg)
-                    subprocess.run(
-                        ["nvcc", "-cubin", "-arch=sm_90", "-O3", "-o", str(target), str(cu)],
-                        check=True,
-                    )
-                    count += 1
-    return count
 
+        def one(job: tuple[int, int, int, Config]) -> None:
+            cu = Path(tmp) / (cubin_name(*job) + ".cu")
+            n, k, m, cfg = job
+            cu.write_text(Build(n, k, cuda_int4_rows.tiles_for(m), cfg).source())
+            target = out / cubin_name(*job)
+            subprocess.run(
+                ["nvcc", "-cubin", "-arch=sm_90", "-O3", "-o", str(target), str(cu)], check=True
+            )
 
-def _launcher(kernel: Any, grid: tuple[int, int], threads: int, x: Any, y: Any,
-              extra: list[Any]) -> Callable[[Any, Any], None]:  # fmt: skip
-    """launch(packed, scale): one product of X into Y."""
-    return lambda wq, ws: kernel.launch(grid, threads, [wq, ws, x, y, *extra])
+        with ThreadPoolExecutor(os.cpu_count()) as pool:
+            list(pool.map(one, jobs))
+    return len(jobs)
 
 
 def shape_times(n: int, k: int, rows: int, cubins: Path | None) -> dict[str, Any]:
@@ -122,11 +103,16 @@ def shape_times(n: int, k: int, rows: int, cubins: Path | None) -> dict[str, Any
     weights = [(packed.clone(), scale.clone()) for _ in range(copies)]
     denses = [dense.clone() for _ in range(dense_copies)]
     out: dict[str, Any] = {"N": n, "K": k, "rows": rows, "copies": copies, "mbytes": nbytes / 1e6}
-    out["triton_err"] = float((kernels.linear(x, (packed, scale)).float() - ref).abs().max()) / top
+    # `matmul_int4` alone: the table being measured may already serve this shape.
+    triton_only = mock.patch.object(cuda_int4_rows, "product_for", lambda *args: None)
+    with triton_only:
+        triton_y = kernels.linear(x, (packed, scale))
+    out["triton_err"] = float((triton_y.float() - ref).abs().max()) / top
 
     def engine() -> None:
-        for w in weights:
-            kernels.linear(x, w)
+        with triton_only:
+            for w in weights:
+                kernels.linear(x, w)
 
     def cublas() -> None:
         for w in denses:
@@ -136,33 +122,27 @@ def shape_times(n: int, k: int, rows: int, cubins: Path | None) -> dict[str, Any
     out["bf16_us"] = _timed_graph(cublas) / dense_copies * 1e6
     denses.clear()
     tried: list[dict[str, Any]] = []
-    y = torch.empty(rows, n, device="cuda", dtype=torch.bfloat16)
-    for cfg in configs(n, k):
+    for cfg in configs(n, k, rows):
         entry: dict[str, Any] = {"config": cfg.name()}
         tried.append(entry)
         try:
+            build = Build(n, k, cuda_int4_rows.tiles_for(rows), cfg)
             image = (
                 (cubins / cubin_name(n, k, rows, cfg)).read_bytes()
                 if cubins is not None
-                else cuda_int4.cubin(source(n, k, rows, cfg), "90")
+                else cuda_int4.cubin(build.source(), "90")
             )
-            kernel = cuda_int4.Kernel(image, x.device, "w4a16_gemm")
-            tiles = -(-rows // 8)
-            partial = torch.empty(cfg.split_k * tiles * 8 * n, device="cuda", dtype=torch.float32)
-            counters = torch.zeros(cfg.blocks(n), device="cuda", dtype=torch.int32)
-            grid = (cfg.blocks(n), cfg.split_k)
-
-            launch = _launcher(kernel, grid, 32 * cfg.warps, x, y, [partial, counters, rows])
-            y.zero_()
-            launch(packed, scale)
+            kernel = cuda_int4.Kernel(image, x.device, cuda_int4_rows.KERNEL)
+            product = cuda_int4_rows.Product(build, kernel, x.device)
+            y = product(x, packed, scale)
             torch.cuda.synchronize()
             entry["err"] = float((y.float() - ref).abs().max()) / top
             if entry["err"] >= MAX_ERR:
                 continue
 
-            def chain(launch: Any = launch) -> None:
+            def chain(product: cuda_int4_rows.Product = product) -> None:
                 for wq, ws in weights:
-                    launch(wq, ws)
+                    product(x, wq, ws)
 
             entry["us"] = _timed_graph(chain) / copies * 1e6
         except Exception as exc:  # recorded: a configuration that does not build or run
@@ -189,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cubins", type=Path, help="cubins written by --build")
     p.add_argument("--rows", default="64", help="comma-separated row counts (at most 64)")
     p.add_argument("--out", type=Path)
+    p.add_argument("--table", type=Path, help="write the builds that beat matmul_int4 here")
     args = p.parse_args(argv)
     from benchmarks.gemv_h200 import SHAPES
 
@@ -230,11 +211,32 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(
             "step's products, ms: " + ", ".join(f"{key} {us / 1e3:.3f}" for key, us in step.items())
         )
+        # Written after each row count: a run cut short keeps what it measured.
+        if args.out:
+            table = "\n".join(lines)
+            result = {"gpu": torch.cuda.get_device_name(), "shapes": results, "table": table}
+            args.out.write_text(json.dumps(result, indent=1))
+        if args.table:
+            args.table.write_text(json.dumps(served_table(results, args.table), indent=1) + "\n")
     print("\n".join(lines))
-    if args.out:
-        result = {"gpu": torch.cuda.get_device_name(), "shapes": results, "table": "\n".join(lines)}
-        args.out.write_text(json.dumps(result, indent=1))
     return 0
+
+
+def served_table(results: list[dict[str, Any]], path: Path) -> dict[str, Any]:
+    """`cuda_int4_rows.TABLE`'s text: each measured (row bucket, N, K) whose best build
+    took under `SERVE_BELOW` of `matmul_int4`'s time, and that build; the row buckets this
+    run did not measure keep the entries of the table at `path`."""
+    import torch
+
+    measured = {cuda_int4_rows.tiles_for(r["rows"]) for r in results}
+    kept = json.loads(path.read_text())["builds"] if path.exists() else {}
+    builds = {key: name for key, name in kept.items() if int(key.split(",")[0]) not in measured}
+    builds |= {
+        f"{cuda_int4_rows.tiles_for(r['rows'])},{r['N']},{r['K']}": r["cuda_config"]
+        for r in results
+        if r.get("cuda_us", math.inf) < SERVE_BELOW * r["triton_us"]
+    }
+    return {"measured_on": torch.cuda.get_device_name(), "builds": dict(sorted(builds.items()))}
 
 
 if __name__ == "__main__":

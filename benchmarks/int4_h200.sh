@@ -24,6 +24,10 @@
 #           the served int4 step profiled, then the patch taken back out and the step
 #           profiled again on its own server (about 6 minutes; the first side compiles
 #           the patch's kernels);
+#   rows-ab: the model step (`engines.pytorch.stepbench`, STEP_FLAGS) at 1, 8, 16, 32 and 64
+#           rows: bf16, then int4 with `cuda_int4_rows`' table as it is, then int4 with
+#           an empty table (matmul_int4 for every few-row product), each in its own
+#           process (about 4 minutes);
 #   prefill: one packed prefill of 8 and of 16 prompts (128 tokens) profiled, bf16 and
 #           int4 (`engines.pytorch.stepbench --profile-prefill`): wall, device and host
 #           time and the top host ops (about 3 minutes);
@@ -65,10 +69,12 @@
 #           minutes);
 #   forms:  every fused form of the batch-1 int4 product against `gemv_int4`, at each split
 #           of `cuda_int4`'s CUDA build (`benchmarks.int4_cuda_forms_h200`; about 1 minute);
-#   gemm:   the 64-row probe (`benchmarks.int4_cuda_gemm_h200`: the tensor-core CUDA scheme
-#           with X in shared memory) against matmul_int4 and cuBLAS at ROWS (default 64),
-#           from cubins in GEMM_CUBINS (default .scratch/gemm-cubins, built here by its
-#           --build and carried), else compiled there by NVRTC;
+#   gemm:   `cuda_int4_rows`' product of a few rows (`benchmarks.int4_cuda_gemm_h200`: the
+#           tensor-core CUDA scheme with X in shared memory) against matmul_int4 and cuBLAS
+#           at ROWS (default 8,16,32,64), from cubins in GEMM_CUBINS (default
+#           .scratch/gemm-cubins, built here by its --build and carried), else compiled
+#           there by NVRTC; writes the engine's table of served builds into the tree and
+#           $OUT (`cuda_int4_rows.TABLE`), then runs the CUDA tests of the few-row products;
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:
@@ -80,7 +86,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|swap|patch|forms|gemm|prefill|sweep|table|bound|chain|attention|planar|ncu|all
+#     steps|server|server-int4|profile|profile-tables|swap|patch|forms|gemm|rows-ab|prefill|sweep|table|bound|chain|attention|planar|ncu|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -104,15 +110,20 @@ step_pair() {
       --out "$OUT/$name-$q.json" > "$OUT/$name-$q.log" 2>&1
     echo "$name $q exit: $? at ${SECONDS}s"
   done
-  python3 - "$OUT" "$name" <<'PY'
+  step_lines "$OUT/$name" none w4a16
+}
+# A line for each side of the model step benchmark ($1-SIDE.json for each SIDE after $1):
+# step times (each waited / queued), greedy tokens, memory in GB.
+step_lines() {
+  python3 - "$@" <<'PY'
 import json, sys
-for q in ("none", "w4a16"):
+for side in sys.argv[2:]:
     try:
-        d = json.load(open(f"{sys.argv[1]}/{sys.argv[2]}-{q}.json"))
+        d = json.load(open(f"{sys.argv[1]}-{side}.json"))
     except (OSError, ValueError) as e:
-        print(q, "no result:", e)
+        print(side, "no result:", e)
         continue
-    print(q, "step ms (each waited / queued):", [(r["batch"], round(r["decode_step_ms_median"], 3),
+    print(side, "step ms (each waited / queued):", [(r["batch"], round(r["decode_step_ms_median"], 3),
           round(r.get("decode_step_ms_queued", float("nan")), 3)) for r in d["decode"]],
           "tokens", d.get("greedy_tokens_batch1"),
           "GB", {k: round(v / 1e9, 2) for k, v in d.items() if "bytes" in k and v})
@@ -308,9 +319,29 @@ gemm)
   FROM=()
   [ -d "$CUBINS" ] && FROM=(--cubins "$CUBINS")
   timeout "${TMO:-400}" python3 -m benchmarks.int4_cuda_gemm_h200 "${FROM[@]}" \
-    --rows "${ROWS:-64}" --out "$OUT/gemm.json" > "$OUT/gemm.log" 2>&1
+    --rows "${ROWS:-8,16,32,64}" --out "$OUT/gemm.json" \
+    --table engines/pytorch/int4_rows_configs.json > "$OUT/gemm.log" 2>&1
   echo "gemm probe exit: $? at ${SECONDS}s"
-  tail -20 "$OUT/gemm.log"
+  grep -v "^[a-z].* {" "$OUT/gemm.log" | tail -70
+  cp engines/pytorch/int4_rows_configs.json "$OUT/"
+  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_cuda_int4_rows.py \
+    tests/engines/pytorch/test_int4_cuda.py > "$OUT/cuda-tests.log" 2>&1
+  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  ;;
+rows-ab)
+  TABLE=engines/pytorch/int4_rows_configs.json
+  cp "$TABLE" /tmp/rows-table.json
+  for side in bf16 table empty; do
+    q=w4a16
+    [ "$side" = bf16 ] && q=none
+    [ "$side" = empty ] && echo '{"measured_on": "", "builds": {}}' > "$TABLE"
+    # shellcheck disable=SC2086
+    timeout 150 python3 -m engines.pytorch.stepbench $STEP_FLAGS --quantize "$q" \
+      --batches 1,8,16,32,64 --out "$OUT/rows-$side.json" > "$OUT/rows-$side.log" 2>&1
+    echo "step $side exit: $? at ${SECONDS}s"
+  done
+  cp /tmp/rows-table.json "$TABLE"
+  step_lines "$OUT/rows" bf16 table empty
   ;;
 prefill)
   for q in none w4a16; do

@@ -45,9 +45,10 @@ timings are kept in Triton's disk cache, so later processes there reuse the choi
 Int4 weights (`int4`: the pair (packed, scale)) take the same entry points: at batch 1
 `cuda_int4`'s CUDA C product on the tensor cores, with the forms the decode program uses,
 where it serves (sm_90 and later), else `gemv_int4`, the same prologues and epilogues over
-int4 rows in Triton; for 2 to 64 rows
-`matmul_int4`, the int4 tile dequantized in registers for the tensor cores, with a
-deterministic split-K for narrow outputs (both in `triton_int4`); more rows (prefill) and
+int4 rows in Triton; for 2 to 64 rows `cuda_int4_rows`' CUDA C product where it was
+measured faster, else `matmul_int4`, the int4 tile dequantized in registers for the
+tensor cores, with a deterministic split-K for narrow outputs (both in `triton_int4`);
+more rows (prefill) and
 the CPU dequantize and run the dense product (on CUDA through
 `triton_int4.dequantize_int4`, bit for bit the CPU's `int4.dequantize`). Measured against
 bf16 and torch's own int4 kernel in `benchmarks/records/2026-12-0*-h200-int4*.md`.
@@ -65,7 +66,7 @@ from typing import Any, TypeAlias
 import torch
 import torch.nn.functional as F
 
-from engines.pytorch import cuda_int4, dependent_launch
+from engines.pytorch import cuda_int4, cuda_int4_rows, dependent_launch
 from engines.pytorch.gemv_forms import (
     GELU_MUL,
     GELU_PAIR,
@@ -224,6 +225,11 @@ def matmul_int4_bucket(rows: int) -> int:
 
 
 def _launch_matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    x = x.contiguous()
+    # Asked here, at run time, where the tensors (and their addresses) are real.
+    product = cuda_int4_rows.product_for(x, packed, scale)
+    if product is not None:
+        return product(x, packed, scale)
     m, k = x.shape
     n = packed.shape[0]
     y = torch.empty(m, n, dtype=x.dtype, device=x.device)
@@ -231,7 +237,7 @@ def _launch_matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tens
     kernel = _kernel("matmul_int4")
     group = k // scale.shape[1]
     kernel[lambda meta: (-(-m // meta["BLOCK_M"]), -(-n // meta["BLOCK_N"]), meta["SPLIT_K"])](
-        x.contiguous(),
+        x,
         packed,
         scale,
         y,

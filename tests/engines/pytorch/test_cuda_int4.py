@@ -144,14 +144,20 @@ def test_kernels_linear_runs_it_and_a_cuda_graph_replays_it() -> None:
     kernel = cuda_int4.product_for(x, packed, scale)
     assert kernel is not None
     assert torch.equal(eager, kernel.product(x, packed, scale))
+    assert torch.equal(replayed(lambda: kernels.linear(x, (packed, scale))), eager)
+
+
+def replayed(run: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """What `run()` returns when a CUDA graph captured it and replays it (run once before,
+    off the capture, to warm)."""
+    run()
     out: list[torch.Tensor] = []
-    kernels.linear(x, (packed, scale))  # warm, off the capture
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        out.append(kernels.linear(x, (packed, scale)))
+        out.append(run())
     graph.replay()
     torch.cuda.synchronize()
-    assert torch.equal(out[0], eager)
+    return out[0]
 
 
 @cuda
@@ -240,14 +246,3 @@ def test_the_measured_forms_run_the_cuda_product_and_the_others_gemv_int4() -> N
             assert (product.build.prologue, product.build.epilogue) == (prologue, epilogue)
         else:
             assert product is None, (prologue, epilogue, n, k)
-
-
-@pytest.mark.skipif(not _nvrtc_loads(), reason="no NVRTC library loads here")
-def test_the_probes_cuda_sources_build_with_the_engines_helpers() -> None:
-    # benchmarks/int4_cuda_gemm_h200.py (64 rows) compiles its kernel after
-    # `int4_mma_common.cuh`, as the engine does; a few of its search's builds for sm_90.
-    from benchmarks import int4_cuda_gemm_h200 as gemm
-
-    for n, k, rows in ((1536, 6144, 64), (2560, 1536, 17), (1536, 256, 8)):
-        for cfg in gemm.configs(n, k)[:2]:
-            assert cuda_int4.cubin(gemm.source(n, k, rows, cfg), "90")[:4] == b"\x7fELF"

@@ -1,12 +1,11 @@
-// A probe for issue 18's 64-row target (`benchmarks/int4_cuda_gemm_h200.py`): the W4A16
-// product of up to 64 rows on the tensor cores, Y (M x N) = X (M x K) W^T, in the layout
-// and mma scheme of the engine's batch-1 product (engines/pytorch/int4_mma.cu; the
-// helpers of `int4_mma_common.cuh` come before this text). The question: does it beat
-// Triton's `matmul_int4` (0.88-0.92x of bf16's aggregate at 64 requests) where NCU found
-// that one held by its instruction chains at low occupancy?
-// - A block is WARPS warps, each over its own 16 weight rows, lane (g, c) loading group
-//   c of a chunk's four for rows g and g + 8 (16 bytes each) straight to registers,
-//   STAGES chunks in flight, the first before `griddepcontrol.wait`.
+// The W4A16 product of a few rows on the tensor cores (`cuda_int4_rows`), Y (M x N) =
+// X (M x K) W^T for M up to 8 TILES, in the layout and mma scheme of the batch-1 product
+// (`int4_mma.cu`; the helpers of `int4_mma_common.cuh` come before this text):
+// - A block is WARPS warps, each over its own RW fragments of 16 weight rows, lane (g, c)
+//   loading group c of a chunk's four for rows g and g + 8 of each (16 bytes each)
+//   straight to registers, STAGES chunks in flight, the first before
+//   `griddepcontrol.wait`. Each X fragment read from shared memory meets all RW weight
+//   fragments (RW 2 halves the shared-memory reads an mma).
 // - Each 128-input chunk of X is staged once a block in shared memory, already in the
 //   mma's fragment order: batch rows meet the mma's eight columns, TILES tiles of 8 rows,
 //   lane (g, c) of a tile reading the 16 bytes of batch row 8 tile + g, group c, word t,
@@ -17,7 +16,7 @@
 // - SPLIT_K programs (grid y) split K where the row blocks alone leave SMs idle; each
 //   writes float32 partial sums and the last of a row block's to finish (a counter) adds
 //   them in split order and resets the counter, as `triton_int4.matmul_int4` does.
-// N, K, TILES, WARPS, SPLIT_K and STAGES are substituted before compiling; sm_80 and later.
+// N, K, TILES, WARPS, RW, SPLIT_K and STAGES are substituted before compiling; sm_80 and later.
 
 #define N_ __N__
 #define K_ __K__
@@ -25,11 +24,13 @@
 #define WARPS __WARPS__
 #define SPLIT_K __SPLIT_K__
 #define STAGES __STAGES__
+#define RW __RW__
 #define M_MAX (TILES * 8)
 #define GROUPS (K_ / 32)
 #define CHUNKS (K_ / 128 / SPLIT_K)
 #define THREADS (WARPS * 32)
-#define ROWS_A_BLOCK (16 * WARPS)
+#define ROWS_A_WARP (16 * RW)
+#define ROWS_A_BLOCK (ROWS_A_WARP * WARPS)
 #define X_VECS (M_MAX * 16)
 #define X_PER_THREAD ((X_VECS + THREADS - 1) / THREADS)
 
@@ -47,21 +48,25 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, c = lane & 3;
     const int kz = blockIdx.y;
-    const int row_a = blockIdx.x * ROWS_A_BLOCK + warp * 16 + g, row_b = row_a + 8;
-    const bool ok_a = row_a < N_, ok_b = row_b < N_;
+    const int row_0 = blockIdx.x * ROWS_A_BLOCK + warp * ROWS_A_WARP + g;
     __shared__ uint4 xs[2][TILES][4][32];
-    uint4 wa[STAGES], wb[STAGES];
-    unsigned sa[STAGES], sb[STAGES];
+    uint4 wa[RW][STAGES], wb[RW][STAGES];
+    unsigned sa[RW][STAGES], sb[RW][STAGES];
 
     auto load_weights = [&](int slot, int j) {
         const int group = (kz * CHUNKS + j) * 4 + c;
         const uint4 zero = make_uint4(0x88888888u, 0x88888888u, 0x88888888u, 0x88888888u);
-        wa[slot] = ok_a ? __ldcs(wq + (size_t)row_a * GROUPS + group) : zero;
-        wb[slot] = ok_b ? __ldcs(wq + (size_t)row_b * GROUPS + group) : zero;
-        const unsigned a = ok_a ? ws[(size_t)row_a * GROUPS + group] : 0u;
-        const unsigned b = ok_b ? ws[(size_t)row_b * GROUPS + group] : 0u;
-        sa[slot] = a | (a << 16);
-        sb[slot] = b | (b << 16);
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+            const int row_a = row_0 + 16 * r, row_b = row_a + 8;
+            const bool ok_a = row_a < N_, ok_b = row_b < N_;
+            wa[r][slot] = ok_a ? __ldcs(wq + (size_t)row_a * GROUPS + group) : zero;
+            wb[r][slot] = ok_b ? __ldcs(wq + (size_t)row_b * GROUPS + group) : zero;
+            const unsigned a = ok_a ? ws[(size_t)row_a * GROUPS + group] : 0u;
+            const unsigned b = ok_b ? ws[(size_t)row_b * GROUPS + group] : 0u;
+            sa[r][slot] = a | (a << 16);
+            sb[r][slot] = b | (b << 16);
+        }
     };
     // X of chunk j, this thread's vectors (zeros past the batch's rows).
     auto load_x = [&](uint4* xr, int j) {
@@ -93,9 +98,12 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
         stage_x(xr, 0);
     }
     __syncthreads();
-    float d[TILES][4];
+    float d[RW][TILES][4];
 #pragma unroll
-    for (int tile = 0; tile < TILES; ++tile) d[tile][0] = d[tile][1] = d[tile][2] = d[tile][3] = 0.0f;
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int tile = 0; tile < TILES; ++tile)
+            d[r][tile][0] = d[r][tile][1] = d[r][tile][2] = d[r][tile][3] = 0.0f;
     for (int base = 0; base < CHUNKS; base += STAGES) {
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
@@ -106,45 +114,50 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
             if (more) load_x(xr, j + 1);
 #pragma unroll
             for (int t = 0; t < 4; ++t) {
-                const unsigned a = word_of(wa[s], t), b = word_of(wb[s], t);
-                const unsigned p0 = dequantized_pair(a, 0, sa[s]), p1 = dequantized_pair(b, 0, sb[s]);
-                const unsigned p2 = dequantized_pair(a, 1, sa[s]), p3 = dequantized_pair(b, 1, sb[s]);
-                const unsigned q0 = dequantized_pair(a, 2, sa[s]), q1 = dequantized_pair(b, 2, sb[s]);
-                const unsigned q2 = dequantized_pair(a, 3, sa[s]), q3 = dequantized_pair(b, 3, sb[s]);
+                unsigned p[RW][8];
+#pragma unroll
+                for (int r = 0; r < RW; ++r) {
+                    const unsigned a = word_of(wa[r][s], t), b = word_of(wb[r][s], t);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        p[r][2 * i] = dequantized_pair(a, i, sa[r][s]);
+                        p[r][2 * i + 1] = dequantized_pair(b, i, sb[r][s]);
+                    }
+                }
 #pragma unroll
                 for (int tile = 0; tile < TILES; ++tile) {
                     const uint4 xv = xs[j & 1][tile][t][lane];
-                    mma(d[tile], p0, p1, p2, p3, xv.x, xv.y);
-                    mma(d[tile], q0, q1, q2, q3, xv.z, xv.w);
+#pragma unroll
+                    for (int r = 0; r < RW; ++r) {
+                        mma(d[r][tile], p[r][0], p[r][1], p[r][2], p[r][3], xv.x, xv.y);
+                        mma(d[r][tile], p[r][4], p[r][5], p[r][6], p[r][7], xv.z, xv.w);
+                    }
                 }
             }
             if (more) stage_x(xr, (j + 1) & 1);
             __syncthreads();
         }
     }
-    // Lane (g, c) holds rows g, g + 8 of batch rows 8 tile + 2c and 8 tile + 2c + 1.
-    if (SPLIT_K == 1) {
+    // Lane (g, c) holds rows g, g + 8 of batch rows 8 tile + 2c and 8 tile + 2c + 1: the
+    // outputs without a split, else this split's float32 partial sums.
+    float* mine = partial + (size_t)kz * M_MAX * N_;
+#pragma unroll
+    for (int r = 0; r < RW; ++r) {
 #pragma unroll
         for (int tile = 0; tile < TILES; ++tile) {
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int batch = tile * 8 + 2 * c + h;
-                if (batch < m && ok_a) y[(size_t)batch * N_ + row_a] = float_bf16(d[tile][h]);
-                if (batch < m && ok_b) y[(size_t)batch * N_ + row_b] = float_bf16(d[tile][2 + h]);
+            for (int q = 0; q < 4; ++q) {
+                const int batch = tile * 8 + 2 * c + (q & 1), row = row_0 + 16 * r + 8 * (q >> 1);
+                if (row >= N_) continue;
+                if (SPLIT_K == 1) {
+                    if (batch < m) y[(size_t)batch * N_ + row] = float_bf16(d[r][tile][q]);
+                } else {
+                    mine[(size_t)batch * N_ + row] = d[r][tile][q];
+                }
             }
         }
-        return;
     }
-    float* mine = partial + (size_t)kz * M_MAX * N_;
-#pragma unroll
-    for (int tile = 0; tile < TILES; ++tile) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int batch = tile * 8 + 2 * c + h;
-            if (ok_a) mine[(size_t)batch * N_ + row_a] = d[tile][h];
-            if (ok_b) mine[(size_t)batch * N_ + row_b] = d[tile][2 + h];
-        }
-    }
+    if (SPLIT_K == 1) return;
     __threadfence();
     __syncthreads();
     __shared__ unsigned last;

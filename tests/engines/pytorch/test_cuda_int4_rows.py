@@ -1,0 +1,138 @@
+"""`cuda_int4_rows`, the int4 product of 2 to 64 rows on the tensor cores in CUDA C: which
+rows and shapes it takes (on any host); that each served build, and the benchmark's
+search, compile for sm_80 and sm_90 (NVRTC); and on a GPU, that each served build
+matches dequantize-then-matmul as `matmul_int4` does at full and partial row buckets,
+repeats bit for bit, leaves its counters at zero, replays in a CUDA graph and is what
+`kernels.linear` runs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from engines.pytorch import cuda_int4, cuda_int4_rows, int4, kernels
+from engines.pytorch.cuda_int4_rows import Build, Config
+from tests.engines.pytorch.test_cuda_int4 import _nvrtc_loads, cuda, replayed
+
+# A build no E2B shape is: N not a whole block of rows, K split in two, two fragments a warp.
+MASKED = Build(1000, 1024, 2, Config(warps=4, split_k=2, stages=2, rw=2))
+
+
+def test_rows_fall_into_buckets_of_whole_tiles() -> None:
+    buckets = {rows: cuda_int4_rows.tiles_for(rows) for rows in (2, 8, 9, 16, 17, 32, 33, 64)}
+    assert buckets == {2: 1, 8: 1, 9: 2, 16: 2, 17: 4, 32: 4, 33: 8, 64: 8}
+
+
+def test_a_configuration_name_reads_back() -> None:
+    assert Config.parse(MASKED.config.name()) == MASKED.config
+    with pytest.raises(ValueError, match="not a configuration name"):
+        Config.parse("w4_sk2")
+
+
+def test_every_served_build_fits() -> None:
+    for (tiles, n, k), config in cuda_int4_rows.measured().items():
+        assert tiles in (1, 2, 4, 8)
+        assert cuda_int4_rows.fits(Build(n, k, tiles, config)), (tiles, n, k, config)
+    assert not cuda_int4_rows.fits(Build(1536, 1536, 1, Config(4, 8, 2)))  # 12 chunks by 8
+
+
+def test_the_source_takes_every_placeholder() -> None:
+    text = MASKED.source()
+    assert not re.findall(r"__[A-Z_]+__", text.replace("__CUDA_ARCH__", ""))
+    assert "#define RW 2" in text and "#define SPLIT_K 2" in text and "#define N_ 1000" in text
+    assert MASKED.blocks == (8, 2) and MASKED.threads == 128
+    assert MASKED.partial_floats == 2 * 16 * 1000
+
+
+def test_cpu_rows_and_one_row_are_not_served() -> None:
+    packed, scale = int4.quantize(torch.randn(32, 256, dtype=torch.bfloat16), 32)
+    x = torch.randn(8, 256, dtype=torch.bfloat16)
+    assert cuda_int4_rows.product_for(x, packed, scale) is None
+
+
+@pytest.mark.skipif(not _nvrtc_loads(), reason="no NVRTC library loads here")
+@pytest.mark.parametrize("arch", ["80", "90"])
+def test_every_served_build_compiles(arch: str) -> None:
+    builds = [Build(n, k, tiles, c) for (tiles, n, k), c in cuda_int4_rows.measured().items()]
+    for build in [*builds, MASKED]:
+        assert cuda_int4.cubin(build.source(), arch)[:4] == b"\x7fELF", build
+
+
+@pytest.mark.skipif(not _nvrtc_loads(), reason="no NVRTC library loads here")
+def test_the_benchmarks_search_builds() -> None:
+    # benchmarks/int4_cuda_gemm_h200.py's search, a few of its builds for sm_90.
+    from benchmarks import int4_cuda_gemm_h200 as gemm
+
+    for n, k, rows in ((1536, 6144, 64), (2560, 1536, 17), (1536, 256, 8)):
+        for config in gemm.configs(n, k, rows)[-2:]:
+            build = Build(n, k, cuda_int4_rows.tiles_for(rows), config)
+            assert cuda_int4.cubin(build.source(), "90")[:4] == b"\x7fELF"
+
+
+def _operands(rows: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    w = torch.randn(n, k, device="cuda", generator=gen, dtype=torch.bfloat16) / k**0.5
+    x = torch.randn(rows, k, device="cuda", generator=gen, dtype=torch.bfloat16)
+    return (x, *int4.quantize(w, 32))
+
+
+def _matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(cuda_int4_rows, "product_for", lambda *args: None)
+        return kernels.linear(x, (packed, scale))
+
+
+def _check(product: cuda_int4_rows.Product, rows: int, seed: int) -> None:
+    build = product.build
+    x, packed, scale = _operands(rows, build.n, build.k, seed)
+    want = x.float() @ int4.dequantize(packed, scale, torch.float32).T
+    top = float(want.abs().max())
+    got = product(x, packed, scale)
+    err = float((got.float() - want).abs().max())
+    triton_err = float((_matmul_int4(x, packed, scale).float() - want).abs().max())
+    assert err / top < 1e-2 and err <= 2 * triton_err + 1e-3 * top, (build, rows, err, triton_err)
+    assert torch.equal(product(x, packed, scale), got)
+    assert int(product.counters.abs().sum()) == 0
+
+
+@cuda
+@pytest.mark.parametrize("key", sorted(cuda_int4_rows.measured()))
+def test_each_served_build_matches_dequantize_then_matmul(key: tuple[int, int, int]) -> None:
+    tiles, n, k = key
+    for rows in sorted({tiles * 8, max(2, tiles * 8 - 3)}):
+        x, packed, scale = _operands(rows, n, k, 0)
+        product = cuda_int4_rows.product_for(x, packed, scale)
+        assert product is not None and product.build.config == cuda_int4_rows.measured()[key]
+        _check(product, rows, n + k + rows)
+
+
+@cuda
+def test_a_masked_split_build_with_two_fragments_a_warp() -> None:
+    device = torch.zeros(1, device="cuda").device  # the context the driver loads into
+    product = cuda_int4_rows._product(device, MASKED)
+    assert product is not None
+    for rows in (2, 11, 16):
+        _check(product, rows, rows)
+
+
+@cuda
+def test_kernels_linear_runs_it_and_a_cuda_graph_replays_it() -> None:
+    if not cuda_int4_rows.measured():
+        pytest.skip("no shape is served")
+    tiles, n, k = min(cuda_int4_rows.measured())
+    x, packed, scale = _operands(tiles * 8, n, k, 3)
+    product = cuda_int4_rows.product_for(x, packed, scale)
+    assert product is not None
+    eager = kernels.linear(x, (packed, scale))
+    assert torch.equal(eager, product(x, packed, scale))
+    assert torch.equal(replayed(lambda: kernels.linear(x, (packed, scale))), eager)
+
+
+@cuda
+def test_rows_it_does_not_take_run_matmul_int4() -> None:
+    x, packed, scale = _operands(8, 1000, 1024, 1)  # a shape the table does not serve
+    assert cuda_int4_rows.product_for(x, packed, scale) is None
+    assert cuda_int4_rows.product_for(x[:1], packed, scale) is None
+    assert cuda_int4_rows.product_for(x.half(), packed, scale) is None
