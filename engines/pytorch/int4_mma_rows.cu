@@ -138,26 +138,37 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
             __syncthreads();
         }
     }
-    // Lane (g, c) holds rows g, g + 8 of batch rows 8 tile + 2c and 8 tile + 2c + 1: the
-    // outputs without a split, else this split's float32 partial sums.
-    float* mine = partial + (size_t)kz * M_MAX * N_;
+    // Lane (g, c) holds rows g, g + 8 of batch rows 8 tile + 2c and 8 tile + 2c + 1.
+    if (SPLIT_K == 1) {
 #pragma unroll
-    for (int r = 0; r < RW; ++r) {
+        for (int r = 0; r < RW; ++r) {
+            const int row_a = row_0 + 16 * r, row_b = row_a + 8;
 #pragma unroll
-        for (int tile = 0; tile < TILES; ++tile) {
+            for (int tile = 0; tile < TILES; ++tile) {
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int batch = tile * 8 + 2 * c + (q & 1), row = row_0 + 16 * r + 8 * (q >> 1);
-                if (row >= N_) continue;
-                if (SPLIT_K == 1) {
-                    if (batch < m) y[(size_t)batch * N_ + row] = float_bf16(d[r][tile][q]);
-                } else {
-                    mine[(size_t)batch * N_ + row] = d[r][tile][q];
+                for (int h = 0; h < 2; ++h) {
+                    const int batch = tile * 8 + 2 * c + h;
+                    if (batch < m && row_a < N_) y[(size_t)batch * N_ + row_a] = float_bf16(d[r][tile][h]);
+                    if (batch < m && row_b < N_) y[(size_t)batch * N_ + row_b] = float_bf16(d[r][tile][2 + h]);
                 }
             }
         }
+        return;
     }
-    if (SPLIT_K == 1) return;
+    float* mine = partial + (size_t)kz * M_MAX * N_;
+#pragma unroll
+    for (int r = 0; r < RW; ++r) {
+        const int row_a = row_0 + 16 * r, row_b = row_a + 8;
+#pragma unroll
+        for (int tile = 0; tile < TILES; ++tile) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int batch = tile * 8 + 2 * c + h;
+                if (row_a < N_) mine[(size_t)batch * N_ + row_a] = d[r][tile][h];
+                if (row_b < N_) mine[(size_t)batch * N_ + row_b] = d[r][tile][2 + h];
+            }
+        }
+    }
     __threadfence();
     __syncthreads();
     __shared__ unsigned last;
