@@ -330,22 +330,47 @@ class Product:
         return y
 
 
-@functools.cache
-def _product(device: torch.device, build: Build) -> Product | None:
+def loaded(
+    build: object, source: str, device: torch.device, name: str, instead: str
+) -> Kernel | None:
+    """`source`'s `name` kernel compiled for `device`'s SM and loaded, or None (with a
+    logged line naming `build` and the kernel that runs `instead`) where it does not
+    build."""
     major, minor = torch.cuda.get_device_capability(device)
     try:
-        return Product(build, Kernel(cubin(build.source(), f"{major}{minor}"), device))
+        return Kernel(cubin(source, f"{major}{minor}"), device, name)
     except (BuildError, OSError, AttributeError) as exc:
         log.warning(
-            "int4: the CUDA C product %s does not build here (%s); gemv_int4 runs instead",
+            "int4: the CUDA C product %s does not build here (%s); %s runs instead",
             build,
             exc,
+            instead,
         )
         return None
 
 
+@functools.cache
+def _product(device: torch.device, build: Build) -> Product | None:
+    kernel = loaded(build, build.source(), device, KERNEL, "gemv_int4")
+    return None if kernel is None else Product(build, kernel)
+
+
 def _aligned(t: torch.Tensor, bytes_: int) -> bool:
     return t.is_contiguous() and t.data_ptr() % bytes_ == 0
+
+
+def operands_fit(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
+    """What every tensor-core int4 product here reads: bf16 rows of K inputs on a CUDA
+    device of `MEASURED_ON` or later, int4 weights of K inputs with bf16 scales in groups
+    of `GROUP`; x and the weight contiguous, x and the words 16-byte aligned."""
+    if x.device.type != "cuda" or x.dtype != torch.bfloat16 or scale.dtype != torch.bfloat16:
+        return False
+    k = x.shape[-1]
+    if packed.shape[1] * 8 != k or k // scale.shape[1] != GROUP:
+        return False
+    if torch.cuda.get_device_capability(x.device) < MEASURED_ON:
+        return False
+    return _aligned(packed, 16) and _aligned(scale, 2) and _aligned(x, 16)
 
 
 def _form_fits(build: Build, operands: Operands) -> bool:
@@ -375,18 +400,14 @@ def product_for(
     """The build that takes this product, if one does: one bf16 row on sm_90 or later,
     bf16 scales in groups of 32 and bf16 operands, rows contiguous and 16-byte aligned, a
     form it builds, and the kernel builds; else None."""
-    if x.device.type != "cuda" or x.shape[0] != 1 or x.dtype != torch.bfloat16:
-        return None
-    if scale.dtype != torch.bfloat16 or torch.cuda.get_device_capability(x.device) < MEASURED_ON:
+    if x.shape[0] != 1 or not operands_fit(x, packed, scale):
         return None
     tiles = 2 if epilogue == GELU_PAIR else 1
     n, k = packed.shape[0] // tiles, x.shape[1]
-    if packed.shape[1] * 8 != k or not shape_fits(n, k, k // scale.shape[1], tiles):
+    if not shape_fits(n, k, k // scale.shape[1], tiles):
         return None
     given = [t for t in operands[:-2] if t is not None]  # the counter is int32, eps a float
     if any(t.dtype != torch.bfloat16 or not t.is_contiguous() for t in given):
-        return None
-    if not (_aligned(packed, 16) and _aligned(scale, 2) and _aligned(x, 16)):
         return None
     split_warps = form_split(prologue, epilogue, n, k)
     if split_warps is None or split_warps not in splits(k, tiles):

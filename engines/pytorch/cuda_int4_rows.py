@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +23,6 @@ from pathlib import Path
 import torch
 
 from engines.pytorch import cuda_int4
-
-log = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("int4_mma_rows.cu")
 KERNEL = "w4a16_gemm"
@@ -148,35 +145,22 @@ class Product:
 
 @functools.cache
 def _product(device: torch.device, build: Build) -> Product | None:
-    major, minor = torch.cuda.get_device_capability(device)
-    try:
-        image = cuda_int4.cubin(build.source(), f"{major}{minor}")
-        return Product(build, cuda_int4.Kernel(image, device, KERNEL), device)
-    except (cuda_int4.BuildError, OSError, AttributeError) as exc:
-        log.warning("int4: the CUDA C product %s does not build here (%s); matmul_int4 runs",
-                    build, exc)  # fmt: skip
-        return None
+    kernel = cuda_int4.loaded(build, build.source(), device, KERNEL, "matmul_int4")
+    return None if kernel is None else Product(build, kernel, device)
 
 
 def product_for(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> Product | None:
-    """The build that takes x's rows (2 to 64 bf16 rows, contiguous, 16-byte aligned) over
-    int4 weights with bf16 scales in groups of 32 on sm_90 or later, where `measured()`
-    serves its shape; else None."""
-    if x.device.type != "cuda" or x.dtype != torch.bfloat16 or x.dim() != 2:
+    """The build that takes x's rows (2 to 64 rows that `cuda_int4.operands_fit`) where
+    `measured()` serves its shape; else None."""
+    if (
+        x.dim() != 2
+        or not 2 <= x.shape[0] <= MAX_ROWS
+        or not cuda_int4.operands_fit(x, packed, scale)
+    ):
         return None
-    rows, k = x.shape
-    if not 2 <= rows <= MAX_ROWS or scale.dtype != torch.bfloat16:
-        return None
-    if packed.shape[1] * 8 != k or k // scale.shape[1] != cuda_int4.GROUP:
-        return None
-    if torch.cuda.get_device_capability(x.device) < cuda_int4.MEASURED_ON:
-        return None
-    config = measured().get((tiles_for(rows), packed.shape[0], k))
+    tiles, n, k = tiles_for(x.shape[0]), packed.shape[0], x.shape[1]
+    config = measured().get((tiles, n, k))
     if config is None:
         return None
-    if not all(t.is_contiguous() for t in (x, packed, scale)):
-        return None
-    if x.data_ptr() % 16 or packed.data_ptr() % 16 or scale.data_ptr() % 2:
-        return None
-    build = Build(packed.shape[0], k, tiles_for(rows), config)
+    build = Build(n, k, tiles, config)
     return _product(x.device, build) if fits(build) else None
