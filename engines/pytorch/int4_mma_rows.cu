@@ -15,7 +15,8 @@
 //   one barrier a chunk).
 // - SPLIT_K programs (grid y) split K where the row blocks alone leave SMs idle; each
 //   writes float32 partial sums and the last of a row block's to finish (a counter) adds
-//   them in split order and resets the counter, as `triton_int4.matmul_int4` does.
+//   them in split order, every load issued before the first store, and resets the
+//   counter, as `triton_int4.matmul_int4` does.
 // N, K, TILES, WARPS, RW, SPLIT_K and STAGES are substituted before compiling; sm_80 and later.
 
 #define N_ __N__
@@ -33,6 +34,7 @@
 #define ROWS_A_BLOCK (ROWS_A_WARP * WARPS)
 #define X_VECS (M_MAX * 16)
 #define X_PER_THREAD ((X_VECS + THREADS - 1) / THREADS)
+#define SUMS_A_THREAD (ROWS_A_BLOCK * M_MAX / THREADS)  // outputs a thread adds up after a split
 
 // Inputs 8t .. 8t + 7 of a group in the mma's pair order: (8t, 8t + 4), (8t + 1, 8t + 5),
 // (8t + 2, 8t + 6), (8t + 3, 8t + 7).
@@ -176,14 +178,25 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int e = threadIdx.x; e < ROWS_A_BLOCK * M_MAX; e += THREADS) {
-        const int batch = e / ROWS_A_BLOCK, row = blockIdx.x * ROWS_A_BLOCK + e % ROWS_A_BLOCK;
-        if (batch < m && row < N_) {
-            float sum = 0.0f;
+    // Every partial load of the thread is issued before the first sum is stored (loads
+    // unconditional, rows past N read as the last row's): one round trip, not one an output.
+    float sums[SUMS_A_THREAD];
 #pragma unroll
-            for (int z = 0; z < SPLIT_K; ++z) sum += __ldcg(partial + ((size_t)z * M_MAX + batch) * N_ + row);
-            y[(size_t)batch * N_ + row] = float_bf16(sum);
+    for (int i = 0; i < SUMS_A_THREAD; ++i) sums[i] = 0.0f;
+#pragma unroll
+    for (int z = 0; z < SPLIT_K; ++z) {
+#pragma unroll
+        for (int i = 0; i < SUMS_A_THREAD; ++i) {
+            const int e = threadIdx.x + i * THREADS, batch = e / ROWS_A_BLOCK;
+            const int row = min(blockIdx.x * ROWS_A_BLOCK + e % ROWS_A_BLOCK, N_ - 1);
+            sums[i] += __ldcg(partial + ((size_t)z * M_MAX + batch) * N_ + row);
         }
+    }
+#pragma unroll
+    for (int i = 0; i < SUMS_A_THREAD; ++i) {
+        const int e = threadIdx.x + i * THREADS, batch = e / ROWS_A_BLOCK;
+        const int row = blockIdx.x * ROWS_A_BLOCK + e % ROWS_A_BLOCK;
+        if (batch < m && row < N_) y[(size_t)batch * N_ + row] = float_bf16(sums[i]);
     }
     if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
 }
