@@ -36,26 +36,37 @@ MAX_ERR = 0.02  # of the largest output: a build whose result is further off is 
 SERVE_BELOW = 0.97  # of matmul_int4's time: what a build must reach to enter the table
 
 
+# From 32 rows on, (fragments a warp, warps a set of fragments) beyond one and one: two
+# fragments a warp for outputs of 8,192 rows or more (the only shape it won at first was
+# the LM head's), and the batch split between a set's warps, which trades X's
+# shared-memory reads an mma (what a chunk costs there) for dequantizing the same weights
+# in more warps, at two stages only.
+WIDE_FORMS = ((2, 1), (2, 2), (4, 2), (4, 4))
+
+
 def configs(n: int, k: int, rows: int) -> list[Config]:
     """The search at ROWS rows: split K until the blocks would fill the SMs twice; from
-    32 rows on, no fourth stage, and two fragments a warp for outputs of 8,192 rows or more
-    (where X's shared-memory reads and the registers are what a chunk costs; the only
-    shape it won at first was the LM head's)."""
+    32 rows on, no fourth stage and the forms of `WIDE_FORMS`."""
     chunks = k // 128
     wide = rows > 16
+    forms = [(1, 1)]
+    if wide:
+        forms += [(rw, bs) for rw, bs in WIDE_FORMS if bs > 1 or n >= 8192]
     found = []
-    for rw in (1, 2) if wide and n >= 8192 else (1,):
+    for rw, batch_split in forms:
         for warps in (4, 8):
             for split_k in (1, 2, 3, 4, 6, 8, 12, 16):
-                blocks = Build(n, k, 1, Config(warps, split_k, 1, rw)).blocks[0]
+                shape = Config(warps, split_k, 1, rw, batch_split)
+                blocks = Build(n, k, 1, shape).blocks[0]
                 if chunks % split_k or (split_k > 1 and blocks * split_k // 2 >= SMS):
                     continue
+                stages_tried = (2, 3, 4) if not wide else (2, 3) if batch_split == 1 else (2,)
                 found += [
-                    Config(warps, split_k, stages, rw)
-                    for stages in ((2, 3) if wide else (2, 3, 4))
+                    Config(warps, split_k, stages, rw, batch_split)
+                    for stages in stages_tried
                     if (chunks // split_k) % stages == 0
                 ]
-    return found
+    return [c for c in found if cuda_int4_rows.fits(Build(n, k, cuda_int4_rows.tiles_for(rows), c))]
 
 
 def cubin_name(n: int, k: int, rows: int, cfg: Config) -> str:

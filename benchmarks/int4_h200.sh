@@ -74,7 +74,8 @@
 #           at ROWS (default 8,16,32,64), from cubins in GEMM_CUBINS (default
 #           .scratch/gemm-cubins, built here by its --build and carried), else compiled
 #           there by NVRTC; writes the engine's table of served builds into the tree and
-#           $OUT (`cuda_int4_rows.TABLE`), then runs the CUDA tests of the few-row products;
+#           $OUT (`cuda_int4_rows.TABLE`), then runs the CUDA tests of the few-row products
+#           (about 2 minutes a row count from 32 rows on, 1 below; TMO bounds the search);
 #   all:    both in one call, within BUDGET_S seconds (default 540): each stage gets what
 #           is left, the server last, then a second int4 greedy run (tokens repeat?) and,
 #           with CUDA_TESTS=1, the engine's CUDA tests if time is left (SKIP_LAYERS=1:

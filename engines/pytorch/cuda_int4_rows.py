@@ -34,24 +34,27 @@ MAX_ROWS = 64
 @dataclass(frozen=True)
 class Config:
     """How a build splits the work: `warps` warps a block, each over `rw` fragments of 16
-    weight rows; `split_k` blocks along K; `stages` chunks of weights in flight."""
+    weight rows; `split_k` blocks along K; `stages` chunks of weights in flight;
+    `batch_split` warps to each set of fragments, each over its share of the row tiles."""
 
     warps: int
     split_k: int
     stages: int
     rw: int = 1
+    batch_split: int = 1
 
     def name(self) -> str:
-        return f"w{self.warps}_rw{self.rw}_sk{self.split_k}_st{self.stages}"
+        split = f"_bs{self.batch_split}" if self.batch_split > 1 else ""
+        return f"w{self.warps}_rw{self.rw}_sk{self.split_k}_st{self.stages}{split}"
 
     @classmethod
     def parse(cls, name: str) -> Config:
         """The configuration `name()` wrote."""
-        found = re.fullmatch(r"w(\d+)_rw(\d+)_sk(\d+)_st(\d+)", name)
+        found = re.fullmatch(r"w(\d+)_rw(\d+)_sk(\d+)_st(\d+)(?:_bs(\d+))?", name)
         if found is None:
             raise ValueError(f"not a configuration name: {name!r}")
-        warps, rw, split_k, stages = (int(v) for v in found.groups())
-        return cls(warps, split_k, stages, rw)
+        warps, rw, split_k, stages = (int(v) for v in found.groups()[:4])
+        return cls(warps, split_k, stages, rw, int(found.group(5) or 1))
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,14 @@ class Build:
         values = (
             ("N", self.n), ("K", self.k), ("TILES", self.tiles), ("WARPS", c.warps),
             ("SPLIT_K", c.split_k), ("STAGES", c.stages), ("RW", c.rw),
+            ("BATCH_SPLIT", c.batch_split),
         )  # fmt: skip
         return cuda_int4.cuda_source(SOURCE, values)
 
     @property
     def blocks(self) -> tuple[int, int]:
-        return -(-self.n // (16 * self.config.rw * self.config.warps)), self.config.split_k
+        c = self.config
+        return -(-self.n // (16 * c.rw * c.warps // c.batch_split)), c.split_k
 
     @property
     def threads(self) -> int:
@@ -106,13 +111,15 @@ def tiles_for(rows: int) -> int:
 
 def fits(build: Build) -> bool:
     """Whether the source takes the build: whole chunks of 128 inputs split evenly, whole
-    stages a split."""
+    stages a split, the warps and the row tiles split evenly between a set's warps."""
     chunks, c = build.k // cuda_int4.CHUNK, build.config
     return (
         build.k % cuda_int4.CHUNK == 0
         and chunks % c.split_k == 0
         and (chunks // c.split_k) % c.stages == 0
         and build.tiles * ROWS_A_TILE <= MAX_ROWS
+        and build.tiles % c.batch_split == 0
+        and c.warps % c.batch_split == 0
     )
 
 

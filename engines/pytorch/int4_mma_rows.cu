@@ -5,19 +5,23 @@
 //   loading group c of a chunk's four for rows g and g + 8 of each (16 bytes each)
 //   straight to registers, STAGES chunks in flight, the first before
 //   `griddepcontrol.wait`. Each X fragment read from shared memory meets all RW weight
-//   fragments (RW 2 halves the shared-memory reads an mma).
+//   fragments (RW 2 halves the shared-memory reads an mma). With BATCH_SPLIT warps to a
+//   set of weight fragments, each takes its own TILES / BATCH_SPLIT tiles of the rows
+//   (fewer accumulators a warp, so more fragments fit; each of those warps dequantizes
+//   the same weights).
 // - Each 128-input chunk of X is staged once a block in shared memory, already in the
 //   mma's fragment order: batch rows meet the mma's eight columns, TILES tiles of 8 rows,
 //   lane (g, c) of a tile reading the 16 bytes of batch row 8 tile + g, group c, word t,
 //   its pairs (8t + i, 8t + i + 4) as the weight pairs are (one LDS.128 a tile and word,
-//   eight lanes a phase on distinct banks). Each dequantized weight pair meets all TILES
-//   tiles. X of the next chunk is read while the current one multiplies (two buffers,
-//   one barrier a chunk).
+//   eight lanes a phase on distinct banks). Each dequantized weight pair meets all the
+//   warp's tiles. X of the next chunk is read while the current one multiplies (two
+//   buffers, one barrier a chunk).
 // - SPLIT_K programs (grid y) split K where the row blocks alone leave SMs idle; each
 //   writes float32 partial sums and the last of a row block's to finish (a counter) adds
 //   them in split order, every load issued before the first store, and resets the
 //   counter, as `triton_int4.matmul_int4` does.
-// N, K, TILES, WARPS, RW, SPLIT_K and STAGES are substituted before compiling; sm_80 and later.
+// N, K, TILES, WARPS, RW, SPLIT_K, STAGES and BATCH_SPLIT are substituted before compiling;
+// sm_80 and later.
 
 #define N_ __N__
 #define K_ __K__
@@ -26,12 +30,14 @@
 #define SPLIT_K __SPLIT_K__
 #define STAGES __STAGES__
 #define RW __RW__
+#define BATCH_SPLIT __BATCH_SPLIT__
 #define M_MAX (TILES * 8)
 #define GROUPS (K_ / 32)
 #define CHUNKS (K_ / 128 / SPLIT_K)
 #define THREADS (WARPS * 32)
 #define ROWS_A_WARP (16 * RW)
-#define ROWS_A_BLOCK (ROWS_A_WARP * WARPS)
+#define ROWS_A_BLOCK (ROWS_A_WARP * WARPS / BATCH_SPLIT)
+#define TILES_A_WARP (TILES / BATCH_SPLIT)
 #define X_VECS (M_MAX * 16)
 #define X_PER_THREAD ((X_VECS + THREADS - 1) / THREADS)
 #define SUMS_A_THREAD (ROWS_A_BLOCK * M_MAX / THREADS)  // outputs a thread adds up after a split
@@ -50,7 +56,8 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, c = lane & 3;
     const int kz = blockIdx.y;
-    const int row_0 = blockIdx.x * ROWS_A_BLOCK + warp * ROWS_A_WARP + g;
+    const int row_0 = blockIdx.x * ROWS_A_BLOCK + warp / BATCH_SPLIT * ROWS_A_WARP + g;
+    const int tile_0 = warp % BATCH_SPLIT * TILES_A_WARP;
     __shared__ uint4 xs[2][TILES][4][32];
     uint4 wa[RW][STAGES], wb[RW][STAGES];
     unsigned sa[RW][STAGES], sb[RW][STAGES];
@@ -100,11 +107,11 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
         stage_x(xr, 0);
     }
     __syncthreads();
-    float d[RW][TILES][4];
+    float d[RW][TILES_A_WARP][4];
 #pragma unroll
     for (int r = 0; r < RW; ++r)
 #pragma unroll
-        for (int tile = 0; tile < TILES; ++tile)
+        for (int tile = 0; tile < TILES_A_WARP; ++tile)
             d[r][tile][0] = d[r][tile][1] = d[r][tile][2] = d[r][tile][3] = 0.0f;
     for (int base = 0; base < CHUNKS; base += STAGES) {
 #pragma unroll
@@ -127,8 +134,8 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
                     }
                 }
 #pragma unroll
-                for (int tile = 0; tile < TILES; ++tile) {
-                    const uint4 xv = xs[j & 1][tile][t][lane];
+                for (int tile = 0; tile < TILES_A_WARP; ++tile) {
+                    const uint4 xv = xs[j & 1][tile_0 + tile][t][lane];
 #pragma unroll
                     for (int r = 0; r < RW; ++r) {
                         mma(d[r][tile], p[r][0], p[r][1], p[r][2], p[r][3], xv.x, xv.y);
@@ -146,10 +153,10 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
         for (int r = 0; r < RW; ++r) {
             const int row_a = row_0 + 16 * r, row_b = row_a + 8;
 #pragma unroll
-            for (int tile = 0; tile < TILES; ++tile) {
+            for (int tile = 0; tile < TILES_A_WARP; ++tile) {
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int batch = tile * 8 + 2 * c + h;
+                    const int batch = (tile_0 + tile) * 8 + 2 * c + h;
                     if (batch < m && row_a < N_) y[(size_t)batch * N_ + row_a] = float_bf16(d[r][tile][h]);
                     if (batch < m && row_b < N_) y[(size_t)batch * N_ + row_b] = float_bf16(d[r][tile][2 + h]);
                 }
@@ -162,10 +169,10 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
     for (int r = 0; r < RW; ++r) {
         const int row_a = row_0 + 16 * r, row_b = row_a + 8;
 #pragma unroll
-        for (int tile = 0; tile < TILES; ++tile) {
+        for (int tile = 0; tile < TILES_A_WARP; ++tile) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int batch = tile * 8 + 2 * c + h;
+                const int batch = (tile_0 + tile) * 8 + 2 * c + h;
                 if (row_a < N_) mine[(size_t)batch * N_ + row_a] = d[r][tile][h];
                 if (row_b < N_) mine[(size_t)batch * N_ + row_b] = d[r][tile][2 + h];
             }

@@ -1,8 +1,9 @@
 """`cuda_int4_rows`, the int4 product of 2 to 64 rows on the tensor cores in CUDA C: which
 rows and shapes it takes (on any host); that each served build, and the benchmark's
-search, compile for sm_80 and sm_90 (NVRTC); and on a GPU, that each served build
-matches dequantize-then-matmul as `matmul_int4` does at full and partial row buckets,
-repeats bit for bit, leaves its counters at zero, replays in a CUDA graph and is what
+search, compile for sm_80 and sm_90 (NVRTC); and on a GPU, that each served build, and
+builds that mask rows or split the batch between warps, match dequantize-then-matmul as
+`matmul_int4` does at full and partial row buckets, repeat bit for bit and leave their
+counters at zero, and that a served build replays in a CUDA graph and is what
 `kernels.linear` runs."""
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ from engines.pytorch import cuda_int4, cuda_int4_rows, int4, kernels
 from engines.pytorch.cuda_int4_rows import Build, Config
 from tests.engines.pytorch.test_cuda_int4 import _nvrtc_loads, cuda, replayed
 
-# A build no E2B shape is: N not a whole block of rows, K split in two, two fragments a warp.
+# Builds no E2B shape is: N not a whole block of rows, K split in two, two fragments a warp;
+# then the rows split between the warps of a set of fragments, two ways and four.
 MASKED = Build(1000, 1024, 2, Config(warps=4, split_k=2, stages=2, rw=2))
+BATCH_SPLITS = (
+    Build(1000, 1024, 4, Config(warps=4, split_k=2, stages=2, rw=2, batch_split=2)),
+    Build(1000, 1024, 8, Config(warps=8, split_k=2, stages=2, rw=4, batch_split=4)),
+)
 
 
 def test_rows_fall_into_buckets_of_whole_tiles() -> None:
@@ -26,7 +32,10 @@ def test_rows_fall_into_buckets_of_whole_tiles() -> None:
 
 
 def test_a_configuration_name_reads_back() -> None:
-    assert Config.parse(MASKED.config.name()) == MASKED.config
+    for build in (MASKED, *BATCH_SPLITS):
+        assert Config.parse(build.config.name()) == build.config
+    assert BATCH_SPLITS[1].config.name() == "w8_rw4_sk2_st2_bs4"
+    assert Config.parse("w8_rw1_sk2_st3").batch_split == 1
     with pytest.raises(ValueError, match="not a configuration name"):
         Config.parse("w4_sk2")
 
@@ -36,6 +45,9 @@ def test_every_served_build_fits() -> None:
         assert tiles in (1, 2, 4, 8)
         assert cuda_int4_rows.fits(Build(n, k, tiles, config)), (tiles, n, k, config)
     assert not cuda_int4_rows.fits(Build(1536, 1536, 1, Config(4, 8, 2)))  # 12 chunks by 8
+    assert not cuda_int4_rows.fits(Build(1536, 1536, 1, Config(4, 1, 2, 1, 2)))  # 1 tile by 2
+    assert not cuda_int4_rows.fits(Build(1536, 1536, 8, Config(2, 1, 2, 1, 4)))  # 2 warps by 4
+    assert all(cuda_int4_rows.fits(build) for build in BATCH_SPLITS)
 
 
 def test_the_source_takes_every_placeholder() -> None:
@@ -44,6 +56,10 @@ def test_the_source_takes_every_placeholder() -> None:
     assert "#define RW 2" in text and "#define SPLIT_K 2" in text and "#define N_ 1000" in text
     assert MASKED.blocks == (8, 2) and MASKED.threads == 128
     assert MASKED.partial_floats == 2 * 16 * 1000
+    assert "#define BATCH_SPLIT 1" in text
+    split = BATCH_SPLITS[1]
+    assert "#define BATCH_SPLIT 4" in split.source()
+    assert split.blocks == (8, 2) and split.threads == 256  # 16 * 4 * 8 / 4 rows a block
 
 
 def test_cpu_rows_and_one_row_are_not_served() -> None:
@@ -56,7 +72,7 @@ def test_cpu_rows_and_one_row_are_not_served() -> None:
 @pytest.mark.parametrize("arch", ["80", "90"])
 def test_every_served_build_compiles(arch: str) -> None:
     builds = [Build(n, k, tiles, c) for (tiles, n, k), c in cuda_int4_rows.measured().items()]
-    for build in [*builds, MASKED]:
+    for build in [*builds, MASKED, *BATCH_SPLITS]:
         assert cuda_int4.cubin(build.source(), arch)[:4] == b"\x7fELF", build
 
 
@@ -109,11 +125,13 @@ def test_each_served_build_matches_dequantize_then_matmul(key: tuple[int, int, i
 
 
 @cuda
-def test_a_masked_split_build_with_two_fragments_a_warp() -> None:
+@pytest.mark.parametrize("build", [MASKED, *BATCH_SPLITS], ids=lambda b: b.config.name())
+def test_a_masked_split_build(build: Build) -> None:
     device = torch.zeros(1, device="cuda").device  # the context the driver loads into
-    product = cuda_int4_rows._product(device, MASKED)
+    product = cuda_int4_rows._product(device, build)
     assert product is not None
-    for rows in (2, 11, 16):
+    full = build.tiles * 8
+    for rows in sorted({2, 11, full - 5, full}):
         _check(product, rows, rows)
 
 
