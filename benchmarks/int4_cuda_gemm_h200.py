@@ -17,6 +17,7 @@ Prints a table; needs a CUDA device of compute capability 9.0.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -45,28 +46,24 @@ WIDE_FORMS = ((2, 1), (2, 2), (4, 2), (4, 4))
 
 
 def configs(n: int, k: int, rows: int) -> list[Config]:
-    """The search at ROWS rows: split K until the blocks would fill the SMs twice; from
-    32 rows on, no fourth stage and the forms of `WIDE_FORMS`."""
-    chunks = k // 128
-    wide = rows > 16
+    """The search at ROWS rows: the builds the source takes (`cuda_int4_rows.fits`),
+    splitting K until the blocks would fill the SMs twice; from 32 rows on, no fourth
+    stage and the forms of `WIDE_FORMS`."""
+    wide, tiles = rows > 16, cuda_int4_rows.tiles_for(rows)
     forms = [(1, 1)]
     if wide:
         forms += [(rw, bs) for rw, bs in WIDE_FORMS if bs > 1 or n >= 8192]
     found = []
-    for rw, batch_split in forms:
-        for warps in (4, 8):
-            for split_k in (1, 2, 3, 4, 6, 8, 12, 16):
-                shape = Config(warps, split_k, 1, rw, batch_split)
-                blocks = Build(n, k, 1, shape).blocks[0]
-                if chunks % split_k or (split_k > 1 and blocks * split_k // 2 >= SMS):
-                    continue
-                stages_tried = (2, 3, 4) if not wide else (2, 3) if batch_split == 1 else (2,)
-                found += [
-                    Config(warps, split_k, stages, rw, batch_split)
-                    for stages in stages_tried
-                    if (chunks // split_k) % stages == 0
-                ]
-    return [c for c in found if cuda_int4_rows.fits(Build(n, k, cuda_int4_rows.tiles_for(rows), c))]
+    for (rw, batch_split), warps, split_k in itertools.product(
+        forms, (4, 8), (1, 2, 3, 4, 6, 8, 12, 16)
+    ):
+        for stages in (2, 3, 4) if not wide else (2, 3) if batch_split == 1 else (2,):
+            build = Build(n, k, tiles, Config(warps, split_k, stages, rw, batch_split))
+            if cuda_int4_rows.fits(build) and (
+                split_k == 1 or build.blocks[0] * split_k // 2 < SMS
+            ):
+                found.append(build.config)
+    return found
 
 
 def cubin_name(n: int, k: int, rows: int, cfg: Config) -> str:
