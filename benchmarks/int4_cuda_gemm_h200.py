@@ -48,14 +48,15 @@ WIDE_FORMS = ((2, 1), (2, 2), (4, 2), (4, 4))
 def configs(n: int, k: int, rows: int) -> list[Config]:
     """The search at ROWS rows: the builds the source takes (`cuda_int4_rows.fits`),
     splitting K until the blocks would fill the SMs twice; from 32 rows on, no fourth
-    stage and the forms of `WIDE_FORMS`."""
+    stage, the forms of `WIDE_FORMS` and blocks of 16 warps (each block stages X once for
+    more weight rows: L2's traffic in X falls with the rows a block)."""
     wide, tiles = rows > 16, cuda_int4_rows.tiles_for(rows)
     forms = [(1, 1)]
     if wide:
         forms += [(rw, bs) for rw, bs in WIDE_FORMS if bs > 1 or n >= 8192]
     found = []
     for (rw, batch_split), warps, split_k in itertools.product(
-        forms, (4, 8), (1, 2, 3, 4, 6, 8, 12, 16)
+        forms, (4, 8, 16) if wide else (4, 8), (1, 2, 3, 4, 6, 8, 12, 16)
     ):
         for stages in (2, 3, 4) if not wide else (2, 3) if batch_split == 1 else (2,):
             build = Build(n, k, tiles, Config(warps, split_k, stages, rw, batch_split))

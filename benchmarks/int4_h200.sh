@@ -57,9 +57,10 @@
 #           and at one row, their block shapes searched within PLANAR_S seconds (default
 #           360; `benchmarks.int4_planar_h200`);
 #   ncu:    Nsight Compute on the int4 product and cuBLAS's at each "N K ROWS" of SHAPES
-#           (";"-separated; default down double and gate/up double at 64 rows): throughputs,
-#           warp stalls, registers and occupancy (`benchmarks.int4_ncu_probe`; about 20 s a
-#           shape);
+#           (";"-separated; default down double and gate/up double at 64 rows; "N K ROWS
+#           --cuda-config NAME" profiles `cuda_int4_rows`' build NAME instead of the
+#           engine's choice): throughputs, warp stalls, registers, occupancy and the
+#           tensor pipe (`benchmarks.int4_ncu_probe`; about 20 s a shape);
 #   ple-pair: E2B's per-layer gate and projection, 35 layers chained in a CUDA graph, as the
 #           engine's two launches a layer against one fused launch at a few block shapes
 #           (`benchmarks.ple_pair_h200`; about 1 minute);
@@ -263,22 +264,25 @@ planar)
   tail -15 "$OUT/planar.log"
   ;;
 ncu)
-  # Nsight Compute on each "N K ROWS" of SHAPES (default: down double and gate/up double
-  # at 64 rows): the int4 product and cuBLAS's main kernel, once each after the warm-up
+  # Nsight Compute on each "N K ROWS [--cuda-config NAME]" of SHAPES (default: down double
+  # and gate/up double at 64 rows): the int4 product (`cuda_int4_rows`' build NAME where
+  # given) and cuBLAS's main kernel, once each after the warm-up
   # (`benchmarks.int4_ncu_probe`), with the sections that say what bounds them
   # (throughputs, warp stalls, occupancy); the full reports in $OUT (about 20 s a shape).
   NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
   IFS=';' read -ra shapes <<< "${SHAPES:-1536 12288 64;24576 1536 64}"
   for shape in "${shapes[@]}"; do
-    name=$(echo "$shape" | tr ' ' '-')
+    name=$(echo "$shape" | sed 's/ --cuda-config / /' | tr ' ' '-')
     # shellcheck disable=SC2086
     timeout 120 "$NCU" --clock-control none --launch-skip 6 --launch-count 2 \
       --kernel-name regex:"matmul_int4|gemv|nvjet|gemm" \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
       --section Occupancy --section LaunchStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active" \
       python3 -m benchmarks.int4_ncu_probe $shape > "$OUT/ncu-$name.txt" 2>&1
     echo "ncu $shape exit: $? at ${SECONDS}s"
-    grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|Compute \(SM\)|Registers Per|Achieved Active|Issued Warp" \
+    grep -E "^  [a-zA-Z_]|Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)|Registers Per|Achieved Active|Issued Warp|Shared Memory|stalled|hmma" \
       "$OUT/ncu-$name.txt"
   done
   ;;

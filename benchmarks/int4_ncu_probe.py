@@ -3,8 +3,10 @@ turn, for Nsight Compute to read (`bash benchmarks/int4_h200.sh ncu`): the engin
 `kernels.linear` on a W4A16 weight (groups of 32, the pinned table's configuration) and
 `F.linear` on the same weight in bf16, at the rows given. Three rounds warm both up
 (the autotuner, cuBLAS's heuristics), then six rounds run for the profiler to pick from.
+With --cuda-config, the int4 side is `cuda_int4_rows`' product at that configuration
+(a name as its table writes it, e.g. w8_rw1_sk1_st2) instead, compiled by NVRTC.
 
-    python -m benchmarks.int4_ncu_probe N K ROWS
+    python -m benchmarks.int4_ncu_probe N K ROWS [--cuda-config NAME]
 
 Prints the configuration the int4 kernel ran; needs a CUDA device with Triton.
 """
@@ -12,11 +14,13 @@ Prints the configuration the int4 kernel ran; needs a CUDA device with Triton.
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-from engines.pytorch import int4, kernels
+from engines.pytorch import cuda_int4, cuda_int4_rows, int4, kernels
 
 GROUP = 32
 WARM_ROUNDS, PROFILED_ROUNDS = 3, 6
@@ -27,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("n", type=int, help="outputs")
     p.add_argument("k", type=int, help="inputs (whole groups of 32)")
     p.add_argument("rows", type=int)
+    p.add_argument("--cuda-config", help="cuda_int4_rows' configuration to run instead")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA device")
@@ -36,11 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     weight = torch.randn(args.n, args.k, device="cuda", dtype=torch.bfloat16) / args.k**0.5
     quantized = int4.quantize(weight, GROUP)
     x = torch.randn(args.rows, args.k, device="cuda", dtype=torch.bfloat16)
+    product: Callable[[], object] = functools.partial(kernels.linear, x, quantized)
+    if args.cuda_config:
+        config = cuda_int4_rows.Config.parse(args.cuda_config)
+        build = cuda_int4_rows.Build(args.n, args.k, cuda_int4_rows.tiles_for(args.rows), config)
+        if not cuda_int4_rows.fits(build):
+            p.error(f"--cuda-config: the source does not take {args.cuda_config} at this shape")
+        kernel = cuda_int4.Kernel(
+            cuda_int4.cubin(build.source(), "90"), x.device, cuda_int4_rows.KERNEL
+        )
+        rows_product = cuda_int4_rows.Product(build, kernel, x.device)
+        product = functools.partial(rows_product, x, *quantized)
     for _ in range(WARM_ROUNDS + PROFILED_ROUNDS):
-        kernels.linear(x, quantized)
+        product()
         F.linear(x, weight)
     torch.cuda.synchronize()
-    print("int4 configurations:", kernels.tuned_configs())
+    print("int4 configurations:", args.cuda_config or kernels.tuned_configs())
     return 0
 
 
