@@ -30,7 +30,8 @@
 #           process (about 4 minutes);
 #   prefill: one packed prefill of 8 and of 16 prompts (128 tokens) profiled, bf16 and
 #           int4 (`engines.pytorch.stepbench --profile-prefill`): wall, device and host
-#           time and the top host ops (about 3 minutes);
+#           time and the top host ops (about 3 minutes); with PATCH (as in patch), int4 again
+#           with the patch applied, after its CUDA tests (about 5 minutes);
 #   server-int4: the int4 sweep alone (about 3 minutes: the bf16 one is in
 #           benchmarks/records/2026-12-02-h200-int4-server.json);
 #   sweep:  the engine's CUDA tests, then `benchmarks.int4_gemv_sweep` (every block shape
@@ -349,25 +350,37 @@ rows-ab)
   step_lines "$OUT/rows" bf16 table empty
   ;;
 prefill)
-  for q in none w4a16; do
+  # With PATCH (as in patch), int4 once more with the patch applied, after its CUDA tests
+  # (TESTS: a pytest -k expression over test_int4_cuda.py and test_kernels.py).
+  sides="none w4a16"
+  [ -n "${PATCH:-}" ] && sides="$sides patched"
+  for side in $sides; do
+    q=$side
+    if [ "$side" = patched ]; then
+      q=w4a16; git apply "$PATCH" || break
+      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_int4_cuda.py \
+        tests/engines/pytorch/test_kernels.py -k "${TESTS:-int4}" > "$OUT/patch-tests.log" 2>&1
+      echo "CUDA tests, patched: $(tail -1 "$OUT/patch-tests.log") at ${SECONDS}s"
+    fi
     for n in 8 16; do
       # shellcheck disable=SC2086
       timeout 120 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches 1 --steps 4 \
-        --warmup 1 --quantize "$q" --profile-prefill "$n" --out "$OUT/prefill-$q-$n.json" \
-        > "$OUT/prefill-$q-$n.log" 2>&1
-      echo "prefill $q $n exit: $?"
+        --warmup 1 --quantize "$q" --profile-prefill "$n" --out "$OUT/prefill-$side-$n.json" \
+        > "$OUT/prefill-$side-$n.log" 2>&1
+      echo "prefill $side $n exit: $?"
     done
+    [ "$side" = patched ] && git apply -R "$PATCH"
   done
   python3 - "$OUT" <<'PY'
 import json, sys
-for q in ("none", "w4a16"):
+for side in ("none", "w4a16", "patched"):
     for n in (8, 16):
         try:
-            p = json.load(open(f"{sys.argv[1]}/prefill-{q}-{n}.json"))["prefill_profile"]
+            p = json.load(open(f"{sys.argv[1]}/prefill-{side}-{n}.json"))["prefill_profile"]
         except (OSError, KeyError):
             continue
-        print(f"{q} {n} prompts: wall {p['wall_ms']:.1f} ms, device {p['device_time_ms']:.1f},"
-              f" host {p['host_self_cpu_ms']:.1f};",
+        print(f"{side} {n} prompts: wall {p['wall_ms']:.1f} ms, device {p['device_time_ms']:.1f},"
+              f" host {p['host_self_cpu_ms']:.1f}, device busy {p.get('device_busy_fraction') or 0:.2f};",
               [(o["op"][:40], o["count"], round(o["self_cpu_ms"], 1)) for o in p["top_host_ops"][:6]])
 PY
   ;;
