@@ -48,8 +48,8 @@ WIDE_FORMS = ((2, 1), (2, 2), (4, 2), (4, 4))
 def configs(n: int, k: int, rows: int) -> list[Config]:
     """The search at ROWS rows: the builds the source takes (`cuda_int4_rows.fits`),
     splitting K until the blocks would fill the SMs twice; from 32 rows on, no fourth
-    stage, the forms of `WIDE_FORMS` and blocks of 16 warps (each block stages X once for
-    more weight rows: L2's traffic in X falls with the rows a block)."""
+    stage, the forms of `WIDE_FORMS` and blocks of 16 warps (X staged once a block for
+    more weight rows, at 128 registers a thread)."""
     wide, tiles = rows > 16, cuda_int4_rows.tiles_for(rows)
     forms = [(1, 1)]
     if wide:

@@ -33,6 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("rows", type=int)
     p.add_argument("--cuda-config", help="cuda_int4_rows' configuration to run instead")
     args = p.parse_args(argv)
+    build = None
+    if args.cuda_config:
+        try:
+            config = cuda_int4_rows.Config.parse(args.cuda_config)
+        except ValueError as exc:
+            p.error(f"--cuda-config: {exc}")
+        build = cuda_int4_rows.Build(args.n, args.k, cuda_int4_rows.tiles_for(args.rows), config)
+        if not cuda_int4_rows.fits(build):
+            p.error(f"--cuda-config: the source does not take {args.cuda_config} at this shape")
     if not torch.cuda.is_available():
         p.error("needs a CUDA device")
     if args.k % GROUP:
@@ -42,11 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     quantized = int4.quantize(weight, GROUP)
     x = torch.randn(args.rows, args.k, device="cuda", dtype=torch.bfloat16)
     product: Callable[[], object] = functools.partial(kernels.linear, x, quantized)
-    if args.cuda_config:
-        config = cuda_int4_rows.Config.parse(args.cuda_config)
-        build = cuda_int4_rows.Build(args.n, args.k, cuda_int4_rows.tiles_for(args.rows), config)
-        if not cuda_int4_rows.fits(build):
-            p.error(f"--cuda-config: the source does not take {args.cuda_config} at this shape")
+    if build is not None:
         kernel = cuda_int4.Kernel(
             cuda_int4.cubin(build.source(), "90"), x.device, cuda_int4_rows.KERNEL
         )

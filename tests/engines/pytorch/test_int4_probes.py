@@ -62,6 +62,22 @@ def test_the_ncu_probe_says_in_one_line_that_it_needs_a_gpu() -> None:
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [("w8_sk2", "not a configuration name"), ("w8_rw1_sk5_st2", "does not take w8_rw1_sk5_st2")],
+)
+def test_the_ncu_probe_refuses_a_cuda_build_it_cannot_run_in_one_line(name: str, says: str) -> None:
+    probe = [sys.executable, "-m", "benchmarks.int4_ncu_probe", "1536", "12288", "64"]
+    proc = subprocess.run(
+        [*probe, "--cuda-config", name],
+        cwd=interpreter_child.ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "error: --cuda-config: " in proc.stderr.strip().splitlines()[-1]
+    assert says in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_the_planar_kernel_feeds_the_tensor_cores_without_a_shared_memory_round_trip(
     tmp_path: Path,
 ) -> None:
