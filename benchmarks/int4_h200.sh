@@ -7,7 +7,7 @@
 #           1, 8 and 64 in bf16 and with --quantize w4a16, greedy tokens and a profile;
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
 #           HTTP, 128 in / 512 out at 1, 8 and 64 requests, shipped server defaults) for
-#           bf16 and for --quantize w4a16;
+#           bf16 and for --quantize w4a16; with PATCH, with a patch to the int4 path applied;
 #   profile: the served step at REQUESTS concurrent requests (default 1), bf16 and
 #           int4, profiled and split along its chain of kernels
 #           (`benchmarks.decode_profile`; about 5 minutes, 6.5 at REQUESTS=64);
@@ -405,12 +405,16 @@ memory)
   step_pair memory --batches 1,64 --steps 4
   ;;
 server)
+  # With PATCH (as in patch), the sweep runs with the patch applied (a change to the int4
+  # path leaves the bf16 side as it was), and it is taken back out after.
+  if [ -n "${PATCH:-}" ]; then git apply "$PATCH" || exit 1; fi
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
   timeout ${TMO:-560} python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
     --levels 1,8,64 --repeats 1 --budget-s 540 \
     --server-variant int4="--quantize w4a16 ${INT4_FLAGS:-}" > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
+  if [ -n "${PATCH:-}" ]; then git apply -R "$PATCH"; fi
   grep "^|\|ERROR" "$OUT/bench.log"
   rm -f "$OUT"/eng/sweep*/requests.jsonl "$OUT"/eng/sweep*/vllm_bench_serve.jsonl
   rm -f "$OUT"/eng/sweep*/summary.json
