@@ -4,7 +4,8 @@ turn, for Nsight Compute to read (`bash benchmarks/int4_h200.sh ncu`): the engin
 `F.linear` on the same weight in bf16, at the rows given. Three rounds warm both up
 (the autotuner, cuBLAS's heuristics), then six rounds run for the profiler to pick from.
 With --cuda-config, the int4 side is `cuda_int4_rows`' product at that configuration
-(a name as its table writes it, e.g. w8_rw1_sk1_st2) instead, compiled by NVRTC.
+(a name as its table writes it, e.g. w8_rw1_sk1_st2) instead, compiled by NVRTC for
+the GPU as the engine compiles its builds.
 
     python -m benchmarks.int4_ncu_probe N K ROWS [--cuda-config NAME]
 
@@ -20,7 +21,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from engines.pytorch import cuda_int4, cuda_int4_rows, int4, kernels
+from engines.pytorch import cuda_int4_rows, int4, kernels
 
 GROUP = 32
 WARM_ROUNDS, PROFILED_ROUNDS = 3, 6
@@ -52,10 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.rows, args.k, device="cuda", dtype=torch.bfloat16)
     product: Callable[[], object] = functools.partial(kernels.linear, x, quantized)
     if build is not None:
-        kernel = cuda_int4.Kernel(
-            cuda_int4.cubin(build.source(), "90"), x.device, cuda_int4_rows.KERNEL
-        )
-        rows_product = cuda_int4_rows.Product(build, kernel, x.device)
+        rows_product = cuda_int4_rows._product(x.device, build)
+        if rows_product is None:
+            p.error(f"--cuda-config: {args.cuda_config} does not build on this GPU")
         product = functools.partial(rows_product, x, *quantized)
     for _ in range(WARM_ROUNDS + PROFILED_ROUNDS):
         product()
