@@ -257,8 +257,8 @@ class Shape:
         )
 
     def matmul_args(self, w: tuple[torch.Tensor, torch.Tensor]) -> tuple[Any, ...]:
-        extra = (self.rows, self.n, self.k, kernels.matmul_int4_bucket(self.rows))
-        return (self.x, *w, self.y, self.part, self.counts, *extra, GROUP)
+        extra = (self.rows, self.n, self.k, kernels.matmul_int4_bucket(self.rows), self.n)
+        return (self.x, *w, self.y, self.part, self.counts, self.y, *extra, GROUP)
 
     def warmup(self, config: triton.Config) -> None:
         w = self.weights[0]

@@ -45,8 +45,8 @@ GROUP = 32
 SM90 = GPUTarget("cuda", 90, 32)
 # `matmul_int4`'s pointers in its order (None: the activations' and scales' dtype).
 POINTERS = {"x_ptr": None, "wq_ptr": "*i32", "ws_ptr": None, "y_ptr": None,
-            "part_ptr": "*fp32", "count_ptr": "*i32"}  # fmt: skip
-INTS = ("M", "N", "K", "M_BUCKET")
+            "part_ptr": "*fp32", "count_ptr": "*i32", "m_ptr": None}  # fmt: skip
+INTS = ("M", "N", "K", "M_BUCKET", "m_row_stride")
 _BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 _LINE = re.compile(r"^\s+/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;?\s*$")
 _LABEL = re.compile(r"^(\.L_x_\d+):")
@@ -80,6 +80,8 @@ def build_matmul_int4(
     ("bf16", "fp16"). With `sizes` (M, N, K, M_BUCKET), specialized as a launch at those
     sizes is: its pointers 16-byte aligned and each size that is a multiple of 16 marked so;
     without, nothing is assumed (as the build tests compile every configuration)."""
+    if sizes is not None:  # the multiplier a plain launch is given: y, N to a row
+        sizes = {"m_row_stride": sizes["N"], **sizes}
     kinds = {name: kind or f"*{dtype}" for name, kind in POINTERS.items()}
     signature = kinds | dict.fromkeys(INTS, "i32")
     constants = {"GROUP": GROUP, **config.kwargs}

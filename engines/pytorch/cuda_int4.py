@@ -360,17 +360,28 @@ def _aligned(t: torch.Tensor, bytes_: int) -> bool:
 
 
 def operands_fit(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
-    """What every tensor-core int4 product here reads: bf16 rows of K inputs on a CUDA
-    device of `MEASURED_ON` or later, int4 weights of K inputs with bf16 scales in groups
-    of `GROUP`; x and the weight contiguous, x and the words 16-byte aligned."""
+    """What every tensor-core int4 product here reads: `operand_kinds_fit` on a CUDA
+    device of `MEASURED_ON` or later, x and the weight contiguous, x and the words
+    16-byte aligned."""
+    if not operand_kinds_fit(x, packed, scale) or not device_fits(x.device.index or 0):
+        return False
+    return _aligned(packed, 16) and _aligned(scale, 2) and _aligned(x, 16)
+
+
+def operand_kinds_fit(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
+    """What the operands must be, as a trace sees them (shapes and kinds, no addresses):
+    bf16 rows of K inputs on CUDA, int4 weights of K inputs with bf16 scales in groups
+    of `GROUP`."""
     if x.device.type != "cuda" or x.dtype != torch.bfloat16 or scale.dtype != torch.bfloat16:
         return False
     k = x.shape[-1]
-    if packed.shape[1] * 8 != k or k // scale.shape[1] != GROUP:
-        return False
-    if torch.cuda.get_device_capability(x.device) < MEASURED_ON:
-        return False
-    return _aligned(packed, 16) and _aligned(scale, 2) and _aligned(x, 16)
+    return packed.shape[1] * 8 == k and k // scale.shape[1] == GROUP
+
+
+@functools.cache
+def device_fits(index: int) -> bool:
+    """Whether CUDA device `index` is of `MEASURED_ON` or later."""
+    return torch.cuda.get_device_capability(index) >= MEASURED_ON
 
 
 def _form_fits(build: Build, operands: Operands) -> bool:

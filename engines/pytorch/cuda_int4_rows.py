@@ -159,15 +159,45 @@ def _product(device: torch.device, build: Build) -> Product | None:
 def product_for(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> Product | None:
     """The build that takes x's rows (2 to 64 rows that `cuda_int4.operands_fit`) where
     `measured()` serves its shape; else None."""
+    build = _served_build(x, packed, scale)
+    if build is None or not cuda_int4.operands_fit(x, packed, scale):
+        return None
+    return _product(x.device, build)
+
+
+def serves(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
+    """Whether `product_for` takes x's rows, as far as shapes, kinds and the device tell
+    (a trace's tensors have no addresses): where it does not, `matmul_int4` runs.
+    torch.compile may call it while tracing (`kernels._gated_matmul`)."""
     if (
         x.dim() != 2
         or not 2 <= x.shape[0] <= MAX_ROWS
-        or not cuda_int4.operands_fit(x, packed, scale)
+        or not cuda_int4.operand_kinds_fit(x, packed, scale)
+    ):
+        return False
+    return _serves_shape(x.device.index or 0, tiles_for(x.shape[0]), packed.shape[0], x.shape[1])
+
+
+# Run as it is while torch.compile traces, its answer taken as a constant: what it reads
+# (the table's file, the device's capability) is not traceable, and is fixed for a process.
+@torch.compiler.assume_constant_result
+def _serves_shape(device: int, tiles: int, n: int, k: int) -> bool:
+    return _table_build(tiles, n, k) is not None and cuda_int4.device_fits(device)
+
+
+def _served_build(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> Build | None:
+    if (
+        x.dim() != 2
+        or not 2 <= x.shape[0] <= MAX_ROWS
+        or not cuda_int4.operand_kinds_fit(x, packed, scale)
     ):
         return None
-    tiles, n, k = tiles_for(x.shape[0]), packed.shape[0], x.shape[1]
+    return _table_build(tiles_for(x.shape[0]), packed.shape[0], x.shape[1])
+
+
+def _table_build(tiles: int, n: int, k: int) -> Build | None:
     config = measured().get((tiles, n, k))
     if config is None:
         return None
     build = Build(n, k, tiles, config)
-    return _product(x.device, build) if fits(build) else None
+    return build if fits(build) else None

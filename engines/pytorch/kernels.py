@@ -48,7 +48,9 @@ where it serves (sm_90 and later), else `gemv_int4`, the same prologues and epil
 int4 rows in Triton; for 2 to 64 rows `cuda_int4_rows`' CUDA C product where it was
 measured faster, else `matmul_int4`, the int4 tile dequantized in registers for the
 tensor cores, with a deterministic split-K for narrow outputs (both in `triton_int4`);
-more rows (prefill) and
+where `matmul_int4` runs, the two GELU gates above end it there too (`_gated_matmul`):
+gate/up's and the per-layer gate's, which cuBLAS leaves to a pointwise kernel after the
+product; more rows (prefill) and
 the CPU dequantize and run the dense product (on CUDA through
 `triton_int4.dequantize_int4`, bit for bit the CPU's `int4.dequantize`). Measured against
 bf16 and torch's own int4 kernel in `benchmarks/records/2026-12-0*-h200-int4*.md`.
@@ -215,8 +217,29 @@ def _matmul(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     if isinstance(weight, tuple) and _int4_rows(x):
         rows = x.reshape(-1, x.shape[-1])
         launch = _matmul_int4_op if _traced() else _launch_matmul_int4
-        return launch(rows, weight[0], weight[1]).view(*x.shape[:-1], -1)
+        return launch(rows, weight[0], weight[1], NO_EPILOGUE, None).view(*x.shape[:-1], -1)
     return F.linear(x, dense(weight, x.dtype))
+
+
+def _gated_matmul(
+    x: torch.Tensor, weight: Weight, epilogue: int, multiplier: torch.Tensor | None = None
+) -> torch.Tensor:
+    """x @ weight^T through a GELU gate: GELU_PAIR, gelu_tanh(gate) * up of its two
+    halves; GELU_TIMES, gelu_tanh(.) * multiplier. Where `matmul_int4` multiplies x's
+    rows anyway, the gate is its epilogue: one launch instead of the product and a
+    pointwise kernel after it. Where `cuda_int4_rows` takes them (its products were
+    measured faster), and for dense weights, the gate follows the product."""
+    rows = x.reshape(-1, x.shape[-1])
+    if isinstance(weight, tuple) and _int4_rows(x) and not cuda_int4_rows.serves(rows, *weight):
+        launch = _matmul_int4_op if _traced() else _launch_matmul_int4
+        times = None if multiplier is None else multiplier.reshape(rows.shape[0], -1)
+        return launch(rows, weight[0], weight[1], epilogue, times).view(*x.shape[:-1], -1)
+    y = _matmul(x, weight)
+    if epilogue == GELU_PAIR:
+        gate, up = y.chunk(2, dim=-1)
+        return F.gelu(gate, approximate="tanh") * up
+    assert multiplier is not None, "GELU_TIMES multiplies by a tensor"
+    return F.gelu(y, approximate="tanh") * multiplier
 
 
 def matmul_int4_bucket(rows: int) -> int:
@@ -224,15 +247,29 @@ def matmul_int4_bucket(rows: int) -> int:
     return 16 if rows <= 16 else (32 if rows <= 32 else 64)
 
 
-def _launch_matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def _launch_matmul_int4(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    epilogue: int = NO_EPILOGUE,
+    multiplier: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x @ dequantize(packed, scale)^T, passed through `matmul_int4`'s epilogue: GELU_PAIR
+    (a merged gate/up weight: gelu_tanh(gate) * up, half the outputs) or GELU_TIMES
+    (gelu_tanh(.) * multiplier, as wide as the product)."""
     x = x.contiguous()
     # Asked here, at run time, where the tensors (and their addresses) are real.
-    product = cuda_int4_rows.product_for(x, packed, scale)
+    plain = epilogue == NO_EPILOGUE
+    product = cuda_int4_rows.product_for(x, packed, scale) if plain else None
     if product is not None:
         return product(x, packed, scale)
     m, k = x.shape
     n = packed.shape[0]
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    y = torch.empty(m, n // 2 if epilogue == GELU_PAIR else n, dtype=x.dtype, device=x.device)
+    if multiplier is None:
+        multiplier = y
+    elif multiplier.stride(-1) != 1:
+        multiplier = multiplier.contiguous()
     bucket = matmul_int4_bucket(m)
     kernel = _kernel("matmul_int4")
     group = k // scale.shape[1]
@@ -243,23 +280,38 @@ def _launch_matmul_int4(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tens
         y,
         _split_partials(kernel.configs, m, bucket, n, k, group, x.device),
         _split_counters(x.device),
+        multiplier,
         m,
         n,
         k,
         bucket,
+        multiplier.stride(0),
         GROUP=group,
+        EPILOGUE=epilogue,
     )
     return y
 
 
 @torch.library.custom_op("llm_serving_bench::matmul_int4", mutates_args=())
-def _matmul_int4_op(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return _launch_matmul_int4(x, packed, scale)
+def _matmul_int4_op(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    epilogue: int,
+    multiplier: torch.Tensor | None,
+) -> torch.Tensor:
+    return _launch_matmul_int4(x, packed, scale, epilogue, multiplier)
 
 
 @_matmul_int4_op.register_fake
-def _matmul_int4_shape(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return x.new_empty(x.shape[0], packed.shape[0])
+def _matmul_int4_shape(
+    x: torch.Tensor,
+    packed: torch.Tensor,
+    scale: torch.Tensor,
+    epilogue: int,
+    multiplier: torch.Tensor | None,
+) -> torch.Tensor:
+    return x.new_empty(x.shape[0], packed.shape[0] // (2 if epilogue == GELU_PAIR else 1))
 
 
 def tuned_configs() -> dict[str, str]:
@@ -504,8 +556,7 @@ def gated_norm_linear(
     if _use_kernel(fused, x, gate_up):
         prologue = RMS_NORM_AFTER if post_scale else RMS_NORM
         return _gemv_op(x, *_parts(gate_up), None, norm_weight, eps, prologue, GELU_PAIR)
-    gate, up = norm_linear(x, norm_weight, eps, gate_up, False).chunk(2, dim=-1)
-    return F.gelu(gate, approximate="tanh") * up
+    return _gated_matmul(torch.rms_norm(x, (x.shape[-1],), norm_weight, eps), gate_up, GELU_PAIR)
 
 
 def gelu_mul_linear(a: torch.Tensor, b: torch.Tensor, weight: Weight, fused: bool) -> torch.Tensor:
@@ -560,7 +611,6 @@ def residual_linear(
     inputs = x_new
     if norm_weight is not None:
         inputs = torch.rms_norm(x_new, (x_new.shape[-1],), norm_weight, eps)
-    y = _matmul(inputs, weight)
     if gate_times is not None:
-        y = F.gelu(y, approximate="tanh") * gate_times
-    return y, x_new
+        return _gated_matmul(inputs, weight, GELU_TIMES, gate_times), x_new
+    return _matmul(inputs, weight), x_new

@@ -1,6 +1,7 @@
 """The Triton source of the engine's int4 (W4A16) products, driven by `kernels`:
 `gemv_int4` (one row: `triton_kernels.gemv`'s prologues, epilogues, codes and roundings
-over int4 weights), `matmul_int4` (2 to 64 rows, on the tensor cores) and
+over int4 weights), `matmul_int4` (2 to 64 rows, on the tensor cores, with the GELU
+gates of a gate/up pair or times a vector as epilogues) and
 `dequantize_int4` (the dense weight a longer prefill multiplies through cuBLAS).
 
 The weights stay in compressed-tensors' layout (`int4`: element 8j + i in bits 4i..4i+3
@@ -432,10 +433,12 @@ def matmul_int4(
     y_ptr,
     part_ptr,
     count_ptr,
+    m_ptr,
     M,
     N,
     K,
     M_BUCKET,
+    m_row_stride,
     GROUP: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -445,19 +448,23 @@ def matmul_int4(
     PREFETCH: tl.constexpr = False,
     ROWS_FIRST: tl.constexpr = False,
     SCALE_WORDS: tl.constexpr = False,
+    EPILOGUE: tl.constexpr = 0,
 ):
-    # Tiles of BLOCK_M rows by BLOCK_N outputs; each chunk's int4 tile is dequantized in
-    # registers, nibble by nibble, interleaved back into input order and multiplied on
+    # Tiles of BLOCK_M rows by BLOCK_N weight rows; each chunk's int4 tile is dequantized
+    # in registers, nibble by nibble, interleaved back into input order and multiplied on
     # the tensor cores, so the weights stream once for all rows.
     # Row tiles first: the programs that share a weight tile run together, and all but
     # the first read it from L2.
+    # N counts weight rows. EPILOGUE (`gemv_forms`' codes): 1 (GELU_PAIR) N / 2 gate rows
+    # then N / 2 up rows, y taking gelu_tanh(gate) * up (N / 2 outputs a row); 2
+    # (GELU_TIMES) y taking gelu_tanh(product) * m (m: rows by N, each row m_row_stride
+    # after the one before: a slice of the per-layer inputs).
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     split = tl.program_id(2)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    outs = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    outs, out_ok = _tile_outs(pid_n, N, BLOCK_N, EPILOGUE == 1)
     row_ok = rows < M
-    out_ok = outs < N
     if ROWS_FIRST:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     else:
@@ -493,7 +500,10 @@ def matmul_int4(
     offsets = outs[:, None] + rows[None, :] * N
     tile_ok = out_ok[:, None] & row_ok[None, :]
     if SPLIT_K == 1:
-        tl.store(y_ptr + offsets, acc.to(y_ptr.dtype.element_ty), mask=tile_ok)
+        _store_tile(
+            y_ptr, m_ptr, m_row_stride, acc, outs, tile_ok, rows, row_ok, pid_n, N, BLOCK_N,
+            BLOCK_M, EPILOGUE,
+        )  # fmt: skip
     else:
         tl.store(part_ptr + split * M * N + offsets, acc, mask=tile_ok)
         tile = pid_n * tl.num_programs(0) + pid_m
@@ -504,8 +514,52 @@ def matmul_int4(
                 total += tl.load(
                     part_ptr + s * M * N + offsets, mask=tile_ok, other=0.0, cache_modifier=".cg"
                 )
-            tl.store(y_ptr + offsets, total.to(y_ptr.dtype.element_ty), mask=tile_ok)
+            _store_tile(
+                y_ptr, m_ptr, m_row_stride, total, outs, tile_ok, rows, row_ok, pid_n, N,
+                BLOCK_N, BLOCK_M, EPILOGUE,
+            )  # fmt: skip
             tl.atomic_xchg(count_ptr + tile, 0)
+
+
+@triton.jit
+def _tile_outs(pid_n, N, BLOCK_N: tl.constexpr, PAIRED: tl.constexpr):
+    # The weight rows a program multiplies, and which are there. PAIRED: its first
+    # BLOCK_N / 2 are gate rows and the rest the up rows of the same outputs, so that its
+    # epilogue holds both halves of every output it writes.
+    if PAIRED:
+        HALF: tl.constexpr = BLOCK_N // 2
+        j = tl.arange(0, BLOCK_N)
+        pairs = pid_n * HALF + j % HALF
+        return pairs + (j // HALF) * (N // 2), pairs < N // 2
+    outs = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    return outs, outs < N
+
+
+@triton.jit
+def _store_tile(
+    y_ptr, m_ptr, m_row_stride, acc, outs, tile_ok, rows, row_ok, pid_n, N,
+    BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, EPILOGUE: tl.constexpr,
+):  # fmt: skip
+    # acc: the float32 sums (BLOCK_N weight rows, rows) of `_tile_outs`' rows; a GELU
+    # gate rounded where the unfused ops (the product, F.gelu, the multiply) round, as
+    # `gemv_int4`'s.
+    if EPILOGUE == 1:
+        HALF: tl.constexpr = BLOCK_N // 2
+        halves = tl.permute(tl.reshape(acc, (2, HALF, BLOCK_M)), (1, 2, 0))
+        gate, up = tl.split(halves)
+        y = _round(_round(_gelu_tanh(_round(gate, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
+        pairs = pid_n * HALF + tl.arange(0, HALF)
+        pair_ok = (pairs < N // 2)[:, None] & row_ok[None, :]
+        offsets = pairs[:, None] + rows[None, :] * (N // 2)
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=pair_ok)
+    else:
+        offsets = outs[:, None] + rows[None, :] * N
+        y = acc
+        if EPILOGUE == 2:
+            m_at = outs[:, None] + rows[None, :] * m_row_stride
+            m = tl.load(m_ptr + m_at, mask=tile_ok, other=0.0).to(tl.float32)
+            y = _round(_round(_gelu_tanh(_round(acc, y_ptr)), y_ptr) * m, y_ptr)
+        tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=tile_ok)
 
 
 @triton.jit

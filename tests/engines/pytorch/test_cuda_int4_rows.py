@@ -68,6 +68,25 @@ def test_cpu_rows_and_one_row_are_not_served() -> None:
     assert cuda_int4_rows.product_for(x, packed, scale) is None
 
 
+def test_what_it_serves_is_asked_while_torch_compile_traces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`kernels._gated_matmul` asks `serves` inside the compiled decode program: the
+    table's file and the device's capability are read as it traces, taken as constants,
+    with no graph break (fullgraph). The device answer is faked: this host has no GPU."""
+    monkeypatch.setattr(cuda_int4, "device_fits", lambda index: True)
+    served = next(iter(cuda_int4_rows.measured()))
+    shapes = [served, (8, 12288, 1536)]  # one in the table, one not (64 rows at gate/up)
+    cuda_int4_rows.measured.cache_clear()  # the file is read inside the trace
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def asked(x: torch.Tensor) -> torch.Tensor:
+        answers = [cuda_int4_rows._serves_shape(0, *shape) for shape in shapes]
+        return x + sum(answers)
+
+    assert float(asked(torch.zeros(1))) == 1.0
+
+
 @pytest.mark.skipif(not _nvrtc_loads(), reason="no NVRTC library loads here")
 @pytest.mark.parametrize("arch", ["80", "90"])
 def test_every_served_build_compiles(arch: str) -> None:

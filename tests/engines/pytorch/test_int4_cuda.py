@@ -177,3 +177,49 @@ def test_rows_first_tiles_match_dequantize_then_matmul(
             lambda: kernels._launch_matmul_int4(x, *weight),
         )
         assert _error(got, x, weight) < 1e-2, rows_first
+
+
+@pytest.mark.parametrize(
+    "tile",
+    ["block_k=128,split_k=1", "block_k=64,split_k=4", "block_k=128,split_k=1,rows_first=1"],
+)
+def test_the_gelu_epilogues_gate_the_same_products(
+    weight: tuple[torch.Tensor, torch.Tensor], tile: str
+) -> None:
+    """`matmul_int4` with a GELU gate as its epilogue against its plain product gated by
+    F.gelu: gelu_tanh(gate) * up of a gate/up pair (each tile holds gate rows and the up
+    rows of the same outputs), and gelu_tanh(.) times a strided slice (as the per-layer
+    inputs are). The same sums, so the same bits but where the two GELU forms round a
+    value to neighbouring 16-bit floats: on a few values, a gate an ulp apart, which the
+    multiply after it carries into up to two ulps of the output."""
+    from engines.pytorch import triton_int4
+
+    packed, scale = weight
+    label = f"block_m=64,block_n=64,{tile},pairs=1,w=4,s=3"
+    ulp = 2.0**-7 if scale.dtype == torch.bfloat16 else 2.0**-10
+    gelu = torch.nn.functional.gelu
+    for rows in (3, 17, 64):
+        x = torch.randn(rows, packed.shape[1] * 8, device="cuda", dtype=scale.dtype)
+        times = torch.randn(rows, 3, packed.shape[0], device="cuda", dtype=scale.dtype)[:, 1]
+
+        def product(
+            epilogue: int, multiplier: torch.Tensor | None = None, x: torch.Tensor = x
+        ) -> torch.Tensor:
+            return _with_config(
+                triton_int4.matmul_int4,
+                label,
+                lambda: kernels._launch_matmul_int4(x, packed, scale, epilogue, multiplier),
+            )
+
+        plain = product(kernels.NO_EPILOGUE)
+        gate, up = plain.chunk(2, dim=-1)
+        checks = {
+            "pair": (product(kernels.GELU_PAIR), gelu(gate, approximate="tanh") * up),
+            "times": (product(kernels.GELU_TIMES, times), gelu(plain, approximate="tanh") * times),
+        }
+        for name, (got, want) in checks.items():
+            assert got.shape == want.shape, (name, rows)
+            apart = (got.float() - want.float()).abs()
+            within = bool((apart <= 2 * ulp * want.float().abs() + 1e-6).all())
+            assert within, (name, rows, float(apart.max()))
+            assert float((apart > 0).float().mean()) < 0.01, (name, rows)

@@ -113,7 +113,6 @@ def _program_checks(out: dict[str, dict[str, Any]]) -> None:
 
     from engines.pytorch import attention_kernel, int4_tuning, kernels, triton_int4, triton_kernels
     from engines.pytorch.model import load_model
-    from engines.pytorch.runner import ModelRunner
 
     # On the CPU the program keeps the torch forms; here it takes the kernels, one
     # configuration each (the autotuner needs a GPU to time its candidates), and the
@@ -128,18 +127,8 @@ def _program_checks(out: dict[str, dict[str, Any]]) -> None:
     def decode(
         through_kernels: bool, quantize: str, form: str = "matmul", compile_mode: str | None = None
     ) -> list[torch.Tensor]:
-        torch._dynamo.reset()
-        runner = ModelRunner(
-            load_model("random:tiny-gemma4", device="cpu", dtype="float32", quantize=quantize),
-            num_slots=2,
-            batch_invariant=False,
-            batched_decode=True,
-            fused_norms=True,
-            decode_program=True,
-            triton_gemv=through_kernels,
-            attention_form=form,
-            compile_mode=compile_mode,
-        )
+        model = load_model("random:tiny-gemma4", device="cpu", dtype="float32", quantize=quantize)
+        runner = _tiny_runner(model, through_kernels, form, compile_mode)
         runner.prefill(0, prompt)
         return [
             runner.decode([0], [token], [len(prompt) + k]).clone()
@@ -152,13 +141,86 @@ def _program_checks(out: dict[str, dict[str, Any]]) -> None:
                                  ("none", "kernel", None), ("none", "normed-kernel", None),
                                  ("none", "normed-kernel", "default")):  # fmt: skip
         got_steps, want_steps = decode(True, quantize, form, mode), decode(False, quantize)
-        for step, (got, want) in enumerate(zip(got_steps, want_steps, strict=True)):
-            # the vocabulary's unused rows are -inf in both
-            shown = torch.isfinite(want)
-            error = float((got[shown] - want[shown]).abs().max() / want[shown].abs().max())
-            ok = torch.equal(shown, torch.isfinite(got)) and error <= 1e-4
-            name = f"program {quantize} {form}{' compiled' if mode else ''} step {step}"
-            out[name] = {"error": error, "limit": 1e-4, "ok": ok}
+        label = f"program {quantize} {form}{' compiled' if mode else ''}"
+        _record_steps(out, label, got_steps, want_steps)
+    _int4_rows_program_checks(out, prompt)
+
+
+def _tiny_runner(
+    model: Any, through_kernels: bool, form: str = "matmul", compile_mode: str | None = None
+) -> Any:
+    """tiny-gemma4's decode program in two slots, its products through the kernels or in
+    torch forms (`triton_gemv`), compiled or not."""
+    import torch
+
+    from engines.pytorch.runner import ModelRunner
+
+    torch._dynamo.reset()
+    return ModelRunner(
+        model,
+        num_slots=2,
+        batch_invariant=False,
+        batched_decode=True,
+        fused_norms=True,
+        decode_program=True,
+        triton_gemv=through_kernels,
+        attention_form=form,
+        compile_mode=compile_mode,
+    )
+
+
+def _record_steps(
+    out: dict[str, dict[str, Any]], label: str, got_steps: Any, want_steps: Any
+) -> None:
+    """Each step's logits against the torch forms', to summation order (float32)."""
+    import torch
+
+    for step, (got, want) in enumerate(zip(got_steps, want_steps, strict=True)):
+        # the vocabulary's unused rows are -inf in both
+        shown = torch.isfinite(want)
+        error = float((got[shown] - want[shown]).abs().max() / want[shown].abs().max())
+        ok = torch.equal(shown, torch.isfinite(got)) and error <= 1e-4
+        out[f"{label} step {step}"] = {"error": error, "limit": 1e-4, "ok": ok}
+
+
+def _int4_rows_program_checks(out: dict[str, dict[str, Any]], prompt: list[int]) -> None:
+    """Two requests' rows of the int4 decode program through `matmul_int4`, as CUDA runs
+    a few rows (here `kernels._int4_rows` takes the CPU's), with the GELU gates of
+    gate/up and of the per-layer gate as its epilogues; eager, and compiled by Inductor,
+    where which products take the epilogues is asked while torch.compile traces
+    (`cuda_int4_rows.serves`) and the ops run from the compiled graph. Against the
+    program's torch forms on the dense weights, step by step on the same tokens."""
+    import torch
+
+    from engines.pytorch import checkpoint, int4_tuning, kernels, triton_int4
+    from engines.pytorch.model import load_model
+
+    dense_rows = kernels._int4_rows
+    triton_int4.matmul_int4.configs = [
+        int4_tuning.config_from_label("block_m=16,block_n=32,block_k=64,split_k=2,w=4,s=1")
+    ]
+
+    def decode(through_kernels: bool, compile_mode: str | None) -> list[torch.Tensor]:
+        model = load_model("random:tiny-gemma4", device="cpu", dtype="float32")
+        # int4 modules, as on CUDA (the CPU's --quantize keeps dequantized dense weights)
+        checkpoint.quantize_model(model.model, int4_modules=True)
+        runner = _tiny_runner(model, through_kernels, compile_mode=compile_mode)
+        runner.prefill(0, prompt)
+        runner.prefill(1, prompt[:20])
+        if through_kernels:
+            kernels._int4_rows = lambda x: x.numel() // x.shape[-1] <= kernels.INT4_MATMUL_MAX_ROWS  # type: ignore[assignment]
+        try:
+            return [
+                runner.decode([0, 1], [token, token], [len(prompt) + k, 20 + k]).clone()
+                for k, token in enumerate(range(70, 74))
+            ]
+        finally:
+            kernels._int4_rows = dense_rows  # type: ignore[assignment]
+
+    want_steps = decode(False, None)
+    for mode in (None, "default"):
+        label = f"program w4a16 two rows{' compiled' if mode else ''}"
+        _record_steps(out, label, decode(True, mode), want_steps)
 
 
 def _checks(part: str) -> dict[str, dict[str, Any]]:
@@ -333,7 +395,7 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
     per group of words, through every prologue and epilogue of the dense kernel, the rest
     through the plain product and the gate/up pair); and the few-rows kernel in float16
     (the interpreter's bfloat16 tl.dot is not faithful) at each of its configurations for
-    3 and 64 rows."""
+    3 and 64 rows, plain and with each GELU epilogue."""
     import torch
     import triton
 
@@ -410,6 +472,30 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             shape = "{BLOCK_M}x{BLOCK_N}x{BLOCK_K} split {SPLIT_K}".format(**config.kwargs)
             shape += " scale words" if config.kwargs.get("SCALE_WORDS") else ""
             record(f"int4 g{group} {rows} rows [{shape}]", got, exact, torch_form)
+            # The GELU epilogues: the 96 weight rows as 48 gate rows then 48 up rows
+            # (half tiles of 16 to 64 pairs: whole and partial); gelu_tanh(.) times a
+            # strided slice (as the per-layer inputs are).
+            dense16 = kernels.dense(w16, torch.float16)
+            gate, up = exact.chunk(2, dim=-1)
+            times = rand(rows, 2, n, dtype=torch.float16)[:, 1]
+            gelu = torch.nn.functional.gelu
+            forms = {
+                "gate/up pair": (
+                    kernels._launch_matmul_int4(xr, *w16, kernels.GELU_PAIR),
+                    gelu(gate, approximate="tanh") * up,
+                    kernels._gated_matmul(xr, dense16, kernels.GELU_PAIR),
+                ),
+                "gelu times": (
+                    kernels._launch_matmul_int4(xr, *w16, kernels.GELU_TIMES, times),
+                    gelu(exact, approximate="tanh") * times.float(),
+                    kernels._gated_matmul(xr, dense16, kernels.GELU_TIMES, times),
+                ),
+            }
+            for form, (got, want, torch_got) in forms.items():
+                out[f"int4 {form} shape {rows} rows [{shape}]"] = {
+                    "ok": got.shape == torch_got.shape
+                }
+                record(f"int4 {form} g{group} {rows} rows [{shape}]", got, want, torch_got)
     # The dense weight a prefill multiplies: exactly the CPU's, both groups (in float16:
     # the interpreter truncates to bfloat16; test_int4_cuda checks both on the GPU).
     for group, (packed, scale) in weights.items():

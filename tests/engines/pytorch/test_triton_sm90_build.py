@@ -146,12 +146,17 @@ def test_gemv_int4_variant_builds_for_sm90(
     assert compiled.asm["ptx"].count("cvt.rn.f32.s32") < 8
 
 
+# The plain product and its two GELU epilogues, at a split of K and without.
+@pytest.mark.parametrize("epilogue", [kernels.NO_EPILOGUE, kernels.GELU_PAIR, kernels.GELU_TIMES])
 @pytest.mark.parametrize(("split", "prefetch"), [(1, False), (4, True)])
-def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int, prefetch: bool) -> None:
+def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(
+    split: int, prefetch: bool, epilogue: int
+) -> None:
     from engines.pytorch import triton_int4
 
-    signature = _int4_signature(("x_ptr", "ws_ptr", "y_ptr"), ("M", "N", "K", "M_BUCKET"))
-    signature = {name: signature[name] for name in triton_int4.matmul_int4.fn.arg_names[:10]}
+    names = ("x_ptr", "ws_ptr", "y_ptr", "m_ptr")
+    signature = _int4_signature(names, ("M", "N", "K", "M_BUCKET", "m_row_stride"))
+    signature = {name: signature[name] for name in triton_int4.matmul_int4.fn.arg_names[:12]}
     constants = {
         "GROUP": 32,
         "BLOCK_M": 16,
@@ -159,6 +164,7 @@ def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int, prefetch: b
         "BLOCK_K": 256,
         "SPLIT_K": split,
         "PREFETCH": prefetch,
+        "EPILOGUE": epilogue,
     }
     signature |= dict.fromkeys(constants, "constexpr")
     source = ASTSource(fn=triton_int4.matmul_int4.fn, signature=signature, constexprs=constants)
@@ -166,14 +172,20 @@ def test_matmul_int4_builds_for_sm90_on_the_tensor_cores(split: int, prefetch: b
     assert "mma" in compiled.asm["ptx"]
 
 
-def _pinned_matmul_configs() -> list[str]:
+def _pinned_matmul_configs(bucket: int | None = None) -> list[str]:
+    """The pinned tables' `matmul_int4` labels (at one row bucket: of its keys)."""
     import json
 
     from engines.pytorch import int4_tuning
 
     tables = json.loads(int4_tuning.PINNED_PATH.read_text())
     return sorted(
-        {label for gpu in tables.values() for label in gpu.get("matmul_int4", {}).values()}
+        {
+            label
+            for gpu in tables.values()
+            for key, label in gpu.get("matmul_int4", {}).items()
+            if bucket is None or key.startswith(f"{bucket},")
+        }
     )
 
 
@@ -186,3 +198,18 @@ def test_pinned_int4_configurations_build_for_sm90(label: str) -> None:
     ptx = build_matmul_int4(config, H200, "bf16").asm["ptx"]
     assert "wgmma" in ptx or "mma.sync" in ptx  # 32-output tiles: mma.sync (wgmma is 64)
     assert ("fma.rn.bf16x2" in ptx) == bool(config.kwargs.get("PAIRS"))
+
+
+@pytest.mark.parametrize("label", _pinned_matmul_configs(bucket=64))
+def test_pinned_64_row_configurations_build_with_the_gate_up_pair(label: str) -> None:
+    """Where 64 rows of a gate/up projection run: its gate as the product's epilogue
+    (`kernels._gated_matmul`), each tile's gate and up halves split apart in registers."""
+    from engines.pytorch import int4_tuning
+    from tests.engines.pytorch.triton_builds import build_matmul_int4
+
+    meta = int4_tuning.config_from_label(label)
+    config = triton.Config(
+        {**meta.kwargs, "EPILOGUE": kernels.GELU_PAIR}, meta.num_warps, meta.num_stages
+    )
+    ptx = build_matmul_int4(config, H200, "bf16").asm["ptx"]
+    assert "wgmma" in ptx or "mma.sync" in ptx
