@@ -15,6 +15,13 @@ products are bound by something other than DRAM (launch, latency, instructions).
     python -m benchmarks.int4_h200 [--out result.json] [--batches 1,8,64] [--l2-resident]
         [--int4-configs table.json]
     python -m benchmarks.int4_h200 --dequantize   # the prefill's dense weights, two ways
+    python -m benchmarks.int4_h200 --batches 512,2048   # a prefill's rows
+
+At more rows than `matmul_int4` takes (a prefill's), the engine's int4 path is its
+weight made dense and cuBLAS (`kernels.linear`); `matmul_int4` over those rows is timed
+beside it (`int4 matmul rows`), the weights dequantized in registers tile by tile, which
+would spare a prefill the dense copy's writes and reads. The LM head is left out there:
+a prefill's logits are its last rows'.
 
 Prints a table; needs a CUDA device with Triton.
 """
@@ -37,6 +44,9 @@ from engines.pytorch import int4, int4_tuning, kernels
 from engines.pytorch.stepbench import copy_bandwidth
 
 GROUP = 32
+# What each shape is timed through: cuBLAS on bf16, the engine's int4 path, torch's
+# tinygemm, and `matmul_int4` past the rows the engine gives it (a prefill's).
+IMPLS = ("bf16_cublas", "int4_ours", "int4_torch", "int4_matmul_rows")
 
 
 def _tinygemm(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -123,6 +133,9 @@ def shape_times(n: int, k: int, rows: int, l2_resident: bool = False) -> dict[st
         ("bf16_cublas", lambda: [F.linear(x, w) for w in dense], dense_copies, dense_bytes),
         ("int4_ours", lambda: [kernels.linear(x, w) for w in ours], copies, int4_bytes),
     ]
+    if rows > kernels.INT4_MATMUL_MAX_ROWS:
+        matmul_rows = lambda: [kernels._launch_matmul_int4(x, *w) for w in ours]  # noqa: E731
+        impls.append(("int4_matmul_rows", matmul_rows, copies, int4_bytes))
     try:
         tiles, sz = _tinygemm(base)
         torch_int4 = _copies(lambda: (tiles.clone(), sz.clone()), copies, l2_resident)
@@ -205,9 +218,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             p.error(str(exc))
     if args.dequantize:
         times = dequantize_times()
-        print(f"one step's weights made dense (bf16, {GROUP}-groups): " + ", ".join(
-            f"{name} {value:.2f}" for name, value in times.items()
-        ))
+        print(
+            f"one step's weights made dense (bf16, {GROUP}-groups): "
+            + ", ".join(f"{name} {value:.2f}" for name, value in times.items())
+        )
         return times
     batches = [int(b) for b in args.batches.split(",") if b]
     bw = copy_bandwidth(torch.device("cuda"), nbytes=1 << 30)
@@ -225,6 +239,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     rows_out = []
     for rows in batches:
         for name, n, k, count in SHAPES:
+            if rows > kernels.INT4_MATMUL_MAX_ROWS and name == "lm head":
+                continue
             r = shape_times(n, k, rows, args.l2_resident)
             r.update(name=name, count=count)
             rows_out.append(r)
@@ -244,32 +260,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{result['step_roofline_ms']['bf16']:.3f} ms), int4 {int4_gb:.2f} GB (roofline "
         f"{result['step_roofline_ms']['int4']:.3f} ms)",
         "| rows | bf16 cuBLAS ms | int4 ours ms | int4 torch tinygemm ms | ours vs bf16 | "
-        "ours vs tinygemm |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "ours vs tinygemm | int4 matmul rows ms |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     steps: dict[str, dict[str, float]] = {}
     for rows in batches:
         these = [r for r in rows_out if r["rows"] == rows]
         step = {}
-        for impl in ("bf16_cublas", "int4_ours", "int4_torch"):
-            if all(f"{impl}_us" in r for r in these):
+        for impl in IMPLS:
+            if these and all(f"{impl}_us" in r for r in these):
                 step[impl] = sum(r[f"{impl}_us"] * r["count"] for r in these) / 1e3
         steps[str(rows)] = step
         b, o, t = (step.get(i) for i in ("bf16_cublas", "int4_ours", "int4_torch"))
         lines.append(
             f"| {rows} | {b or float('nan'):.3f} | {o or float('nan'):.3f} | "
             f"{t or float('nan'):.3f} | {(o / b) if b and o else float('nan'):.2f}x time | "
-            f"{(t / o) if t and o else float('nan'):.2f}x faster |"
+            f"{(t / o) if t and o else float('nan'):.2f}x faster | "
+            f"{step.get('int4_matmul_rows', float('nan')):.3f} |"
         )
     result["step_ms"] = steps
     lines.append(
-        "| projection | rows | bf16 us (GB/s) | int4 ours us (GB/s) | tinygemm us (GB/s) |"
+        "| projection | rows | bf16 us (GB/s) | int4 ours us (GB/s) | tinygemm us (GB/s) | "
+        "int4 matmul rows us (GB/s) |"
     )
-    lines.append("| --- | --- | --- | --- | --- |")
+    lines.append("| --- | --- | --- | --- | --- | --- |")
     for r in rows_out:
         cells = [
-            f"{r[f'{i}_us']:.1f} ({r[f'{i}_gb_s']:.0f})" if f"{i}_us" in r else "error"
-            for i in ("bf16_cublas", "int4_ours", "int4_torch")
+            f"{r[f'{i}_us']:.1f} ({r[f'{i}_gb_s']:.0f})" if f"{i}_us" in r else "-" for i in IMPLS
         ]
         lines.append(f"| {r['name']} {r['N']}x{r['K']} | {r['rows']} | " + " | ".join(cells) + " |")
     checks = result.get("correctness", [])

@@ -32,6 +32,9 @@
 #           int4 (`engines.pytorch.stepbench --profile-prefill`): wall, device and host
 #           time and the top host ops (about 3 minutes); with PATCH (as in patch), int4 again
 #           with the patch applied, after its CUDA tests (about 5 minutes);
+#   prefill-rows: E2B's projections at a prefill's 512 and 2,048 rows (`benchmarks.int4_h200
+#           --batches 512,2048`): bf16 cuBLAS, the engine's int4 path (the weight made
+#           dense, then cuBLAS) and `matmul_int4` over all the rows (about 3 minutes);
 #   server-int4: the int4 sweep alone (about 3 minutes: the bf16 one is in
 #           benchmarks/records/2026-12-02-h200-int4-server.json);
 #   sweep:  the engine's CUDA tests, then `benchmarks.int4_gemv_sweep` (every block shape
@@ -89,7 +92,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|profile|profile-tables|swap|patch|forms|gemm|rows-ab|prefill|sweep|table|bound|chain|attention|planar|ncu|all
+#     steps|server|server-int4|prefill-rows|profile|profile-tables|swap|patch|forms|gemm|rows-ab|prefill|sweep|table|bound|chain|attention|planar|ncu|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -383,6 +386,11 @@ for side in ("none", "w4a16", "patched"):
               f" host {p['host_self_cpu_ms']:.1f}, device busy {p.get('device_busy_fraction') or 0:.2f};",
               [(o["op"][:40], o["count"], round(o["self_cpu_ms"], 1)) for o in p["top_host_ops"][:6]])
 PY
+  ;;
+prefill-rows)
+  timeout "${TMO:-300}" python3 -m benchmarks.int4_h200 --batches "${ROWS:-512,2048}" \
+    --out "$OUT/prefill-rows.json" > "$OUT/prefill-rows.log" 2>&1
+  echo "prefill rows exit: $? at ${SECONDS}s"; grep -v "^| [a-z]" "$OUT/prefill-rows.log" | tail -8
   ;;
 server-int4)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
