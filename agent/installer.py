@@ -7,7 +7,8 @@ meets SGLang's, and no engine's meets the agent's), kept under the cache root
 (`${BENCH_CACHE_DIR:-~/.cache/llm-serving-bench}/envs/<engine>-<hash of its pip steps>`,
 on the instance store where an instance has one) and shared by every work dir, with the
 stamps of the steps that ran in it; a lock keeps two installs of one environment apart.
-A rerun skips stamped steps; a changed step (new version, other GPU) runs.
+A rerun skips stamped steps; a changed step (new version, other GPU) runs. The venv has
+a stamp of its own: one whose creation was cut short is made again, from empty.
 A failed step raises `EngineInstallError` naming the engine, the step and the log's tail:
 the runner fails that engine's jobs and goes on with the next engine.
 """
@@ -18,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -144,7 +146,11 @@ def install_engine(
             with FileLock(str(env_dir) + ".lock", timeout=ENV_LOCK_TIMEOUT_S):
                 venv = env_dir / "venv"
                 python = _venv_python(venv)
-                if not python.exists():
+                made = env_dir / ".venv.done"
+                if not made.exists():
+                    # A venv cut short (killed in ensurepip: bin/python and no pip) must not
+                    # be taken for a made one: made again, with none of its steps' stamps.
+                    _clear_env(env_dir, venv)
                     _run(
                         recipe.name,
                         "create venv",
@@ -153,6 +159,7 @@ def install_engine(
                         log_path,
                         should_stop,
                     )
+                    made.write_text("venv\n")
                 ran, skipped = _run_steps(
                     recipe,
                     gpu_cc,
@@ -181,6 +188,13 @@ def install_engine(
         extra_packages=extras,
         built_from_source=built,
     )
+
+
+def _clear_env(env_dir: Path, venv: Path) -> None:
+    """An engine environment back to empty: its venv and its steps' stamps."""
+    shutil.rmtree(venv, ignore_errors=True)
+    for stamp in env_dir.glob(".step-*.done"):
+        stamp.unlink()
 
 
 # pip options whose next word is a value, not a package.

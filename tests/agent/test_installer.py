@@ -82,3 +82,29 @@ def test_a_step_abandoned_by_an_exception_in_the_installer_ends_its_group(
     assert gone(child)
     # The leader ignored SIGTERM: it was killed after the grace, not waited for forever.
     assert time.monotonic() - started < 60
+
+
+def test_a_venv_cut_short_is_made_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install killed while the venv was being made (bin/python there, pip not yet)
+    left an environment every later install took for made: its pip steps then failed
+    with "No module named pip". The venv has a stamp of its own now."""
+    import subprocess
+    import sys
+
+    from agent.installer import engine_env_dir
+
+    monkeypatch.setenv("BENCH_CACHE_DIR", str(tmp_path / "cache"))
+    step = InstallStep(
+        name="pip there", kind="pip", argv=("{python}", "-m", "pip", "--version"), why="test"
+    )
+    recipe = LLAMACPP.model_copy(update={"install": (step,), "variants": {}})
+    env_dir = engine_env_dir(recipe, "cpu")
+    env_dir.mkdir(parents=True)
+    venv = env_dir / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (env_dir / ".step-0-stale.done").write_text("a stamp of the venv cut short\n")
+    installed = install_engine(recipe, "cpu", tmp_path / "work")
+    assert installed.steps_run == 1
+    assert not (env_dir / ".step-0-stale.done").exists()
+    again = install_engine(recipe, "cpu", tmp_path / "work")
+    assert (again.steps_run, again.steps_skipped) == (0, 1)
