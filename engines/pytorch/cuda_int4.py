@@ -360,10 +360,15 @@ def _aligned(t: torch.Tensor, bytes_: int) -> bool:
 
 
 def operands_fit(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
-    """What every tensor-core int4 product here reads: `operand_kinds_fit` on a CUDA
-    device of `MEASURED_ON` or later, x and the weight contiguous, x and the words
-    16-byte aligned."""
-    if not operand_kinds_fit(x, packed, scale) or not device_fits(x.device.index or 0):
+    """What every tensor-core int4 product here reads: `operand_kinds_fit` and
+    `operands_placed`."""
+    return operand_kinds_fit(x, packed, scale) and operands_placed(x, packed, scale)
+
+
+def operands_placed(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
+    """Where the operands are (what a trace does not see): on a CUDA device of
+    `MEASURED_ON` or later, x and the weight contiguous, x and the words 16-byte aligned."""
+    if not device_fits(x.device.index or 0):
         return False
     return _aligned(packed, 16) and _aligned(scale, 2) and _aligned(x, 16)
 

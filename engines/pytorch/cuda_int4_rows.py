@@ -160,7 +160,7 @@ def product_for(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> P
     """The build that takes x's rows (2 to 64 rows that `cuda_int4.operands_fit`) where
     `measured()` serves its shape; else None."""
     build = _served_build(x, packed, scale)
-    if build is None or not cuda_int4.operands_fit(x, packed, scale):
+    if build is None or not cuda_int4.operands_placed(x, packed, scale):
         return None
     return _product(x.device, build)
 
@@ -169,11 +169,7 @@ def serves(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
     """Whether `product_for` takes x's rows, as far as shapes, kinds and the device tell
     (a trace's tensors have no addresses): where it does not, `matmul_int4` runs.
     torch.compile may call it while tracing (`kernels._gated_matmul`)."""
-    if (
-        x.dim() != 2
-        or not 2 <= x.shape[0] <= MAX_ROWS
-        or not cuda_int4.operand_kinds_fit(x, packed, scale)
-    ):
+    if not _rows_fit(x, packed, scale):
         return False
     return _serves_shape(x.device.index or 0, tiles_for(x.shape[0]), packed.shape[0], x.shape[1])
 
@@ -185,12 +181,17 @@ def _serves_shape(device: int, tiles: int, n: int, k: int) -> bool:
     return _table_build(tiles, n, k) is not None and cuda_int4.device_fits(device)
 
 
+def _rows_fit(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
+    """2 to `MAX_ROWS` rows of operands of the kinds the CUDA products read."""
+    return (
+        x.dim() == 2
+        and 2 <= x.shape[0] <= MAX_ROWS
+        and cuda_int4.operand_kinds_fit(x, packed, scale)
+    )
+
+
 def _served_build(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> Build | None:
-    if (
-        x.dim() != 2
-        or not 2 <= x.shape[0] <= MAX_ROWS
-        or not cuda_int4.operand_kinds_fit(x, packed, scale)
-    ):
+    if not _rows_fit(x, packed, scale):
         return None
     return _table_build(tiles_for(x.shape[0]), packed.shape[0], x.shape[1])
 

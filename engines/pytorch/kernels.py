@@ -215,10 +215,21 @@ def _matmul(x: torch.Tensor, weight: Weight) -> torch.Tensor:
     """x @ weight^T for any row count: int4 through `matmul_int4` for a few rows on CUDA,
     else through the dense weight."""
     if isinstance(weight, tuple) and _int4_rows(x):
-        rows = x.reshape(-1, x.shape[-1])
-        launch = _matmul_int4_op if _traced() else _launch_matmul_int4
-        return launch(rows, weight[0], weight[1], NO_EPILOGUE, None).view(*x.shape[:-1], -1)
+        return _matmul_int4(x, weight)
     return F.linear(x, dense(weight, x.dtype))
+
+
+def _matmul_int4(
+    x: torch.Tensor,
+    weight: tuple[torch.Tensor, torch.Tensor],
+    epilogue: int = NO_EPILOGUE,
+    multiplier: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """x's rows through `matmul_int4` (its op where torch.compile traces the caller)."""
+    rows = x.reshape(-1, x.shape[-1])
+    launch = _matmul_int4_op if _traced() else _launch_matmul_int4
+    times = None if multiplier is None else multiplier.reshape(rows.shape[0], -1)
+    return launch(rows, weight[0], weight[1], epilogue, times).view(*x.shape[:-1], -1)
 
 
 def _gated_matmul(
@@ -231,9 +242,7 @@ def _gated_matmul(
     measured faster), and for dense weights, the gate follows the product."""
     rows = x.reshape(-1, x.shape[-1])
     if isinstance(weight, tuple) and _int4_rows(x) and not cuda_int4_rows.serves(rows, *weight):
-        launch = _matmul_int4_op if _traced() else _launch_matmul_int4
-        times = None if multiplier is None else multiplier.reshape(rows.shape[0], -1)
-        return launch(rows, weight[0], weight[1], epilogue, times).view(*x.shape[:-1], -1)
+        return _matmul_int4(x, weight, epilogue, multiplier)
     y = _matmul(x, weight)
     if epilogue == GELU_PAIR:
         gate, up = y.chunk(2, dim=-1)
