@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.rows, args.k, device="cuda", dtype=torch.bfloat16)
     product: Callable[[], object] = functools.partial(kernels.linear, x, quantized)
     if build is not None:
-        rows_product = cuda_int4_rows._product(x.device, build)
+        rows_product = cuda_int4_rows.loaded_product(x.device, build)
         if rows_product is None:
             p.error(f"--cuda-config: {args.cuda_config} does not build on this GPU")
         product = functools.partial(rows_product, x, *quantized)

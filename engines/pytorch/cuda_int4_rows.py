@@ -151,7 +151,9 @@ class Product:
 
 
 @functools.cache
-def _product(device: torch.device, build: Build) -> Product | None:
+def loaded_product(device: torch.device, build: Build) -> Product | None:
+    """The build loaded on the device (once a process), or None where it does not build
+    there; what `product_for` serves, and what a probe of one named build launches."""
     kernel = cuda_int4.loaded(build, build.source(), device, KERNEL, "matmul_int4")
     return None if kernel is None else Product(build, kernel, device)
 
@@ -162,7 +164,7 @@ def product_for(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> P
     build = _served_build(x, packed, scale)
     if build is None or not cuda_int4.operands_placed(x, packed, scale):
         return None
-    return _product(x.device, build)
+    return loaded_product(x.device, build)
 
 
 def serves(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:

@@ -147,7 +147,7 @@ def test_each_served_build_matches_dequantize_then_matmul(key: tuple[int, int, i
 @pytest.mark.parametrize("build", [MASKED, *BATCH_SPLITS], ids=lambda b: b.config.name())
 def test_a_masked_split_build(build: Build) -> None:
     device = torch.zeros(1, device="cuda").device  # the context the driver loads into
-    product = cuda_int4_rows._product(device, build)
+    product = cuda_int4_rows.loaded_product(device, build)
     assert product is not None
     full = build.tiles * 8
     for rows in sorted({2, 11, full - 5, full}):
