@@ -167,22 +167,6 @@ def product_for(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> P
     return loaded_product(x.device, build)
 
 
-def serves(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
-    """Whether `product_for` takes x's rows, as far as shapes, kinds and the device tell
-    (a trace's tensors have no addresses): where it does not, `matmul_int4` runs.
-    torch.compile may call it while tracing (`kernels._gated_matmul`)."""
-    if not _rows_fit(x, packed, scale):
-        return False
-    return _serves_shape(x.device.index or 0, tiles_for(x.shape[0]), packed.shape[0], x.shape[1])
-
-
-# Run as it is while torch.compile traces, its answer taken as a constant: what it reads
-# (the table's file, the device's capability) is not traceable, and is fixed for a process.
-@torch.compiler.assume_constant_result
-def _serves_shape(device: int, tiles: int, n: int, k: int) -> bool:
-    return _table_build(tiles, n, k) is not None and cuda_int4.device_fits(device)
-
-
 def _rows_fit(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
     """2 to `MAX_ROWS` rows of operands of the kinds the CUDA products read."""
     return (

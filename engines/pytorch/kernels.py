@@ -236,14 +236,21 @@ def _gated_matmul(
     x: torch.Tensor, weight: Weight, epilogue: int, multiplier: torch.Tensor | None = None
 ) -> torch.Tensor:
     """x @ weight^T through a GELU gate: GELU_PAIR, gelu_tanh(gate) * up of its two
-    halves; GELU_TIMES, gelu_tanh(.) * multiplier. Where `matmul_int4` multiplies x's
-    rows anyway, the gate is its epilogue: one launch instead of the product and a
-    pointwise kernel after it. Where `cuda_int4_rows` takes them (its products were
-    measured faster), and for dense weights, the gate follows the product."""
-    rows = x.reshape(-1, x.shape[-1])
-    if isinstance(weight, tuple) and _int4_rows(x) and not cuda_int4_rows.serves(rows, *weight):
+    halves; GELU_TIMES, gelu_tanh(.) * multiplier. Int4 rows go to `matmul_int4`'s op,
+    which picks its kernel at run time: `matmul_int4` with the gate as its epilogue (one
+    launch instead of the product and a pointwise kernel after it), or where
+    `cuda_int4_rows` takes the rows (its products were measured faster), that product
+    with the gate after it. The choice depends on the row bucket, which a compiled
+    program's trace does not know (its rows are symbolic once a second batch size is
+    captured). Dense weights: the product, then the gate."""
+    if isinstance(weight, tuple) and _int4_rows(x):
         return _matmul_int4(x, weight, epilogue, multiplier)
-    y = _matmul(x, weight)
+    return _gate(_matmul(x, weight), epilogue, multiplier)
+
+
+def _gate(y: torch.Tensor, epilogue: int, multiplier: torch.Tensor | None) -> torch.Tensor:
+    """`_gated_matmul`'s GELU gate on the product y, rounded where `matmul_int4`'s
+    epilogue rounds (F.gelu's output, then the multiply's)."""
     if epilogue == GELU_PAIR:
         gate, up = y.chunk(2, dim=-1)
         return F.gelu(gate, approximate="tanh") * up
@@ -265,13 +272,14 @@ def _launch_matmul_int4(
 ) -> torch.Tensor:
     """x @ dequantize(packed, scale)^T, passed through `matmul_int4`'s epilogue: GELU_PAIR
     (a merged gate/up weight: gelu_tanh(gate) * up, half the outputs) or GELU_TIMES
-    (gelu_tanh(.) * multiplier, as wide as the product)."""
+    (gelu_tanh(.) * multiplier, as wide as the product); where `cuda_int4_rows` serves
+    the rows, its product with the gate after it."""
     x = x.contiguous()
     # Asked here, at run time, where the tensors (and their addresses) are real.
-    plain = epilogue == NO_EPILOGUE
-    product = cuda_int4_rows.product_for(x, packed, scale) if plain else None
+    product = cuda_int4_rows.product_for(x, packed, scale)
     if product is not None:
-        return product(x, packed, scale)
+        y = product(x, packed, scale)
+        return y if epilogue == NO_EPILOGUE else _gate(y, epilogue, multiplier)
     m, k = x.shape
     n = packed.shape[0]
     y = torch.empty(m, n // 2 if epilogue == GELU_PAIR else n, dtype=x.dtype, device=x.device)

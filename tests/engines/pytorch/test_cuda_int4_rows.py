@@ -68,23 +68,48 @@ def test_cpu_rows_and_one_row_are_not_served() -> None:
     assert cuda_int4_rows.product_for(x, packed, scale) is None
 
 
-def test_what_it_serves_is_asked_while_torch_compile_traces(
-    monkeypatch: pytest.MonkeyPatch,
+class _Traced(Exception):
+    """Raised by the test's backend: the trace reached it as one graph."""
+
+
+@pytest.mark.parametrize("epilogue", [kernels.GELU_PAIR, kernels.GELU_TIMES])
+def test_a_gated_product_traces_with_symbolic_rows(
+    monkeypatch: pytest.MonkeyPatch, epilogue: int
 ) -> None:
-    """`kernels._gated_matmul` asks `serves` inside the compiled decode program: the
-    table's file and the device's capability are read as it traces, taken as constants,
-    with no graph break (fullgraph). The device answer is faked: this host has no GPU."""
+    """The compiled decode program traces `kernels._gated_matmul` with symbolic rows once
+    a second batch size is captured; which kernel takes the rows (`cuda_int4_rows` or
+    `matmul_int4`) depends on their bucket, so it is asked inside the op at run time, and
+    the trace holds one graph (fullgraph) whatever the table serves. A server once failed
+    to start on the trace-time form. Traced only (the CPU runs no int4 kernel): the
+    backend stops at the graph. Where the operands live is faked (this host has no GPU):
+    the CPU's rows are taken as CUDA's, and the table's shapes as this device's."""
+    monkeypatch.setattr(
+        kernels, "_int4_rows", lambda x: x.numel() // x.shape[-1] <= kernels.INT4_MATMUL_MAX_ROWS
+    )
+    monkeypatch.setattr(cuda_int4, "operand_kinds_fit", lambda x, packed, scale: True)
     monkeypatch.setattr(cuda_int4, "device_fits", lambda index: True)
-    served = next(iter(cuda_int4_rows.measured()))
-    shapes = [served, (8, 12288, 1536)]  # one in the table, one not (64 rows at gate/up)
-    cuda_int4_rows.measured.cache_clear()  # the file is read inside the trace
+    packed, scale = int4.quantize(torch.randn(2 * 256, 1536, dtype=torch.bfloat16), 32)
+    graphs: list[torch.fx.GraphModule] = []
+    symbolic: list[bool] = []
 
-    @torch.compile(fullgraph=True, backend="eager")
-    def asked(x: torch.Tensor) -> torch.Tensor:
-        answers = [cuda_int4_rows._serves_shape(0, *shape) for shape in shapes]
-        return x + sum(answers)
+    def backend(gm: torch.fx.GraphModule, example_inputs: list[object]) -> object:
+        graphs.append(gm)
+        symbolic.append(any(isinstance(a, torch.SymInt) for a in example_inputs))
+        raise _Traced
 
-    assert float(asked(torch.zeros(1))) == 1.0
+    @torch.compile(fullgraph=True, backend=backend, dynamic=True)
+    def gated(x: torch.Tensor, multiplier: torch.Tensor) -> torch.Tensor:
+        times = None if epilogue == kernels.GELU_PAIR else multiplier
+        return kernels._gated_matmul(x, (packed, scale), epilogue, times)
+
+    x = torch.randn(17, 1536, dtype=torch.bfloat16)
+    with pytest.raises(torch._dynamo.exc.BackendCompilerFailed, match="_Traced"):
+        gated(x, torch.randn(17, 2 * 256, dtype=torch.bfloat16))
+    assert symbolic == [True]
+    ops = [
+        str(node.target) for gm in graphs for node in gm.graph.nodes if node.op == "call_function"
+    ]
+    assert any("matmul_int4" in op for op in ops), ops
 
 
 @pytest.mark.skipif(not _nvrtc_loads(), reason="no NVRTC library loads here")

@@ -187,8 +187,8 @@ def _int4_rows_program_checks(out: dict[str, dict[str, Any]], prompt: list[int])
     """Two requests' rows of the int4 decode program through `matmul_int4`, as CUDA runs
     a few rows (here `kernels._int4_rows` takes the CPU's), with the GELU gates of
     gate/up and of the per-layer gate as its epilogues; eager, and compiled by Inductor,
-    where which products take the epilogues is asked while torch.compile traces
-    (`cuda_int4_rows.serves`) and the ops run from the compiled graph. Against the
+    where the ops run from the compiled graph and pick their kernel at run time (a
+    compiled trace with symbolic rows: `test_cuda_int4_rows`). Against the
     program's torch forms on the dense weights, step by step on the same tokens."""
     import torch
 
