@@ -240,17 +240,17 @@ def _gated_matmul(
     which picks its kernel at run time: `matmul_int4` with the gate as its epilogue (one
     launch instead of the product and a pointwise kernel after it), or where
     `cuda_int4_rows` takes the rows (its products were measured faster), that product
-    with the gate after it. The choice depends on the row bucket, which a compiled
-    program's trace does not know (its rows are symbolic once a second batch size is
-    captured). Dense weights: the product, then the gate."""
+    with the gate after it (`gelu_gate_int4`). The choice depends on the row bucket,
+    which a compiled program's trace does not know (its rows are symbolic once a second
+    batch size is captured). Dense weights: the product, then the gate."""
     if isinstance(weight, tuple) and _int4_rows(x):
         return _matmul_int4(x, weight, epilogue, multiplier)
     return _gate(_matmul(x, weight), epilogue, multiplier)
 
 
 def _gate(y: torch.Tensor, epilogue: int, multiplier: torch.Tensor | None) -> torch.Tensor:
-    """`_gated_matmul`'s GELU gate on the product y, rounded where `matmul_int4`'s
-    epilogue rounds (F.gelu's output, then the multiply's)."""
+    """`_gated_matmul`'s GELU gate on a dense product y, in torch (F.gelu's output
+    rounded, then the multiply's, as `matmul_int4`'s epilogue rounds)."""
     if epilogue == GELU_PAIR:
         gate, up = y.chunk(2, dim=-1)
         return F.gelu(gate, approximate="tanh") * up
@@ -273,13 +273,13 @@ def _launch_matmul_int4(
     """x @ dequantize(packed, scale)^T, passed through `matmul_int4`'s epilogue: GELU_PAIR
     (a merged gate/up weight: gelu_tanh(gate) * up, half the outputs) or GELU_TIMES
     (gelu_tanh(.) * multiplier, as wide as the product); where `cuda_int4_rows` serves
-    the rows, its product with the gate after it."""
+    the rows, its product with the gate after it (`gelu_gate_int4`)."""
     x = x.contiguous()
     # Asked here, at run time, where the tensors (and their addresses) are real.
     product = cuda_int4_rows.product_for(x, packed, scale)
     if product is not None:
         y = product(x, packed, scale)
-        return y if epilogue == NO_EPILOGUE else _gate(y, epilogue, multiplier)
+        return y if epilogue == NO_EPILOGUE else _launch_gelu_gate_int4(y, epilogue, multiplier)
     m, k = x.shape
     n = packed.shape[0]
     y = torch.empty(m, n // 2 if epilogue == GELU_PAIR else n, dtype=x.dtype, device=x.device)
@@ -307,6 +307,27 @@ def _launch_matmul_int4(
         EPILOGUE=epilogue,
     )
     return y
+
+
+# Outputs of a row a `gelu_gate_int4` program gates.
+_GATE_BLOCK = 1024
+
+
+def _launch_gelu_gate_int4(
+    y: torch.Tensor, epilogue: int, multiplier: torch.Tensor | None
+) -> torch.Tensor:
+    """`matmul_int4`'s GELU epilogue (GELU_PAIR or GELU_TIMES) on a product y (rows,
+    outputs) that ended without it: one launch, where F.gelu and the multiply were two."""
+    rows, width = y.shape
+    n = width // 2 if epilogue == GELU_PAIR else width
+    out = torch.empty(rows, n, dtype=y.dtype, device=y.device)
+    m = y if multiplier is None else multiplier
+    if m.stride(-1) != 1:
+        m = m.contiguous()
+    _kernel("gelu_gate_int4")[(rows, -(-n // _GATE_BLOCK))](
+        y, m, out, n, y.stride(0), m.stride(0), PAIR=epilogue == GELU_PAIR, BLOCK=_GATE_BLOCK
+    )
+    return out
 
 
 @torch.library.custom_op("llm_serving_bench::matmul_int4", mutates_args=())

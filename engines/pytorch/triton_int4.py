@@ -1,7 +1,8 @@
 """The Triton source of the engine's int4 (W4A16) products, driven by `kernels`:
 `gemv_int4` (one row: `triton_kernels.gemv`'s prologues, epilogues, codes and roundings
 over int4 weights), `matmul_int4` (2 to 64 rows, on the tensor cores, with the GELU
-gates of a gate/up pair or times a vector as epilogues) and
+gates of a gate/up pair or times a vector as epilogues; `gelu_gate_int4`, the same gates
+after a product that ends without them) and
 `dequantize_int4` (the dense weight a longer prefill multiplies through cuBLAS).
 
 The weights stay in compressed-tensors' layout (`int4`: element 8j + i in bits 4i..4i+3
@@ -560,6 +561,26 @@ def _store_tile(
             m = tl.load(m_ptr + m_at, mask=tile_ok, other=0.0).to(tl.float32)
             y = _round(_round(_gelu_tanh(_round(acc, y_ptr)), y_ptr) * m, y_ptr)
         tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=tile_ok)
+
+
+@triton.jit
+def gelu_gate_int4(
+    y_ptr, m_ptr, out_ptr, N, y_row_stride, m_row_stride, PAIR: tl.constexpr,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    # `matmul_int4`'s GELU epilogues (`_store_tile`, the same roundings) after a product
+    # that ends without them (`cuda_int4_rows`'): out (rows, N) = gelu_tanh(y's first N)
+    # * (y's next N with PAIR, else m's), a row's BLOCK outputs a program, one launch.
+    row = tl.program_id(0)
+    outs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = outs < N
+    gate = tl.load(y_ptr + row * y_row_stride + outs, mask=ok, other=0.0).to(tl.float32)
+    if PAIR:
+        m = tl.load(y_ptr + row * y_row_stride + N + outs, mask=ok, other=0.0)
+    else:
+        m = tl.load(m_ptr + row * m_row_stride + outs, mask=ok, other=0.0)
+    y = _round(_round(_gelu_tanh(gate), out_ptr) * m.to(tl.float32), out_ptr)
+    tl.store(out_ptr + row * N + outs, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit

@@ -189,9 +189,11 @@ def test_the_gelu_epilogues_gate_the_same_products(
     """`matmul_int4` with a GELU gate as its epilogue against its plain product gated by
     F.gelu: gelu_tanh(gate) * up of a gate/up pair (each tile holds gate rows and the up
     rows of the same outputs), and gelu_tanh(.) times a strided slice (as the per-layer
-    inputs are). The same sums, so the same bits but where the two GELU forms round a
-    value to neighbouring 16-bit floats: on a few values, a gate an ulp apart, which the
-    multiply after it carries into up to two ulps of the output."""
+    inputs are); and both gates launched after the plain product (`gelu_gate_int4`, as
+    they follow `cuda_int4_rows`' product). The same sums, so the same bits but where
+    the two GELU forms round a value to neighbouring 16-bit floats: on a few values, a
+    gate an ulp apart, which the multiply after it carries into up to two ulps of the
+    output."""
     from engines.pytorch import triton_int4
 
     packed, scale = weight
@@ -217,6 +219,15 @@ def test_the_gelu_epilogues_gate_the_same_products(
             "pair": (product(kernels.GELU_PAIR), gelu(gate, approximate="tanh") * up),
             "times": (product(kernels.GELU_TIMES, times), gelu(plain, approximate="tanh") * times),
         }
+        # The same gates after the plain product, as they follow `cuda_int4_rows`' product
+        checks["pair after"] = (
+            kernels._launch_gelu_gate_int4(plain, kernels.GELU_PAIR, None),
+            checks["pair"][1],
+        )
+        checks["times after"] = (
+            kernels._launch_gelu_gate_int4(plain, kernels.GELU_TIMES, times),
+            checks["times"][1],
+        )
         for name, (got, want) in checks.items():
             assert got.shape == want.shape, (name, rows)
             apart = (got.float() - want.float()).abs()

@@ -395,7 +395,8 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
     per group of words, through every prologue and epilogue of the dense kernel, the rest
     through the plain product and the gate/up pair); and the few-rows kernel in float16
     (the interpreter's bfloat16 tl.dot is not faithful) at each of its configurations for
-    3 and 64 rows, plain and with each GELU epilogue."""
+    3 and 64 rows, plain and with each GELU epilogue, and (at the first) with each GELU
+    gate after the plain product (`gelu_gate_int4`)."""
     import torch
     import triton
 
@@ -454,7 +455,7 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
     uneven = int4_tuning.config_from_label("block_m=16,block_n=32,block_k=64,split_k=3,w=4,s=1")
     configs = [(c, (32, 128)[i % 2]) for i, c in enumerate(int4_tuning.MATMUL_INT4_CONFIGS)]
     configs += [(rows_first, 32), (scale_words[0], 128), (scale_words[1], 32), (uneven, 32)]
-    for config, group in configs:
+    for index, (config, group) in enumerate(configs):
         w16 = (weights[group][0], weights[group][1].to(torch.float16))
         # Values made in pairs are inline PTX, which the interpreter cannot run: the
         # float32 way here, the pairs against it bit for bit on the GPU (test_int4_cuda).
@@ -479,6 +480,8 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             gate, up = exact.chunk(2, dim=-1)
             times = rand(rows, 2, n, dtype=torch.float16)[:, 1]
             gelu = torch.nn.functional.gelu
+            # The same gates after the plain product (`gelu_gate_int4`: where the CUDA
+            # few-row product takes the rows), at the first configuration.
             forms = {
                 "gate/up pair": (
                     kernels._launch_matmul_int4(xr, *w16, kernels.GELU_PAIR),
@@ -491,6 +494,15 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
                     kernels._gated_matmul(xr, dense16, kernels.GELU_TIMES, times),
                 ),
             }
+            if index == 0:
+                forms["gate/up pair after"] = (
+                    kernels._launch_gelu_gate_int4(got, kernels.GELU_PAIR, None),
+                    *forms["gate/up pair"][1:],
+                )
+                forms["gelu times after"] = (
+                    kernels._launch_gelu_gate_int4(got, kernels.GELU_TIMES, times),
+                    *forms["gelu times"][1:],
+                )
             for form, (got, want, torch_got) in forms.items():
                 out[f"int4 {form} shape {rows} rows [{shape}]"] = {
                     "ok": got.shape == torch_got.shape

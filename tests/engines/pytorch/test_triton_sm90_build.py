@@ -213,3 +213,17 @@ def test_pinned_64_row_configurations_build_with_the_gate_up_pair(label: str) ->
     )
     ptx = build_matmul_int4(config, H200, "bf16").asm["ptx"]
     assert "wgmma" in ptx or "mma.sync" in ptx
+
+
+@pytest.mark.parametrize("pair", [True, False])
+def test_the_gate_after_a_product_builds_for_sm90(pair: bool) -> None:
+    """`gelu_gate_int4`: the GELU gates after `cuda_int4_rows`' product, in bf16."""
+    from engines.pytorch import triton_int4
+
+    signature = {"y_ptr": "*bf16", "m_ptr": "*bf16", "out_ptr": "*bf16"}
+    signature |= {"N": "i32", "y_row_stride": "i32", "m_row_stride": "i32"}
+    constants = {"PAIR": pair, "BLOCK": kernels._GATE_BLOCK}
+    signature |= dict.fromkeys(constants, "constexpr")
+    fn = triton_int4.gelu_gate_int4
+    compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constants), H200)
+    assert "ex2.approx" in compiled.asm["ptx"]  # the gate's exponential
