@@ -167,17 +167,12 @@ def product_for(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> P
     return loaded_product(x.device, build)
 
 
-def _rows_fit(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> bool:
-    """2 to `MAX_ROWS` rows of operands of the kinds the CUDA products read."""
-    return (
-        x.dim() == 2
-        and 2 <= x.shape[0] <= MAX_ROWS
-        and cuda_int4.operand_kinds_fit(x, packed, scale)
-    )
-
-
 def _served_build(x: torch.Tensor, packed: torch.Tensor, scale: torch.Tensor) -> Build | None:
-    if not _rows_fit(x, packed, scale):
+    if (
+        x.dim() != 2
+        or not 2 <= x.shape[0] <= MAX_ROWS
+        or not cuda_int4.operand_kinds_fit(x, packed, scale)
+    ):
         return None
     return _table_build(tiles_for(x.shape[0]), packed.shape[0], x.shape[1])
 

@@ -52,7 +52,7 @@ from engines.pytorch.int4_tuning import (
 )
 from engines.pytorch.triton_kernels import (
     COMPILED,
-    _gelu_tanh,
+    _gelu_gated,
     _input,
     _prologue,
     _residual_after,
@@ -152,10 +152,10 @@ def _finish(
         y = y * rstd
         up = up * rstd
     if EPILOGUE == 1:
-        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
+        y = _gelu_gated(_round(y, y_ptr), _round(up, y_ptr), y_ptr)
     elif EPILOGUE == 2:
         m = tl.load(m_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
+        y = _gelu_gated(_round(y, y_ptr), m, y_ptr)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
 
 
@@ -548,7 +548,7 @@ def _store_tile(
         HALF: tl.constexpr = BLOCK_N // 2
         halves = tl.permute(tl.reshape(acc, (2, HALF, BLOCK_M)), (1, 2, 0))
         gate, up = tl.split(halves)
-        y = _round(_round(_gelu_tanh(_round(gate, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
+        y = _gelu_gated(_round(gate, y_ptr), _round(up, y_ptr), y_ptr)
         pairs = pid_n * HALF + tl.arange(0, HALF)
         pair_ok = (pairs < N // 2)[:, None] & row_ok[None, :]
         offsets = pairs[:, None] + rows[None, :] * (N // 2)
@@ -559,7 +559,7 @@ def _store_tile(
         if EPILOGUE == 2:
             m_at = outs[:, None] + rows[None, :] * m_row_stride
             m = tl.load(m_ptr + m_at, mask=tile_ok, other=0.0).to(tl.float32)
-            y = _round(_round(_gelu_tanh(_round(acc, y_ptr)), y_ptr) * m, y_ptr)
+            y = _gelu_gated(_round(acc, y_ptr), m, y_ptr)
         tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=tile_ok)
 
 
@@ -579,7 +579,7 @@ def gelu_gate_int4(
         m = tl.load(y_ptr + row * y_row_stride + N + outs, mask=ok, other=0.0)
     else:
         m = tl.load(m_ptr + row * m_row_stride + outs, mask=ok, other=0.0)
-    y = _round(_round(_gelu_tanh(gate), out_ptr) * m.to(tl.float32), out_ptr)
+    y = _gelu_gated(gate, m.to(tl.float32), out_ptr)
     tl.store(out_ptr + row * N + outs, y.to(out_ptr.dtype.element_ty), mask=ok)
 
 

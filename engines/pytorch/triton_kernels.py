@@ -135,6 +135,13 @@ def _gelu_tanh(x):
 
 
 @triton.jit
+def _gelu_gated(gate, m, ptr):
+    # gelu_tanh(gate) * m, rounded to ptr's dtype where the unfused ops round (F.gelu's
+    # output, then the multiply's); the caller rounds gate and m where they were tensors.
+    return _round(_round(_gelu_tanh(gate), ptr) * m, ptr)
+
+
+@triton.jit
 def _input(
     x_ptr,
     b_ptr,
@@ -171,7 +178,7 @@ def _input(
         x = _round(x * rstd * nw, x_ptr)
     elif PROLOGUE == 2:
         b = tl.load(b_ptr + cols, mask=col_ok, other=0.0).to(tl.float32)
-        x = _round(_round(_gelu_tanh(x), x_ptr) * b, x_ptr)
+        x = _gelu_gated(x, b, x_ptr)
     return x, squares
 
 
@@ -317,10 +324,10 @@ def gemv(
         y = y * rstd
         up = up * rstd
     if EPILOGUE == 1:
-        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * _round(up, y_ptr), y_ptr)
+        y = _gelu_gated(_round(y, y_ptr), _round(up, y_ptr), y_ptr)
     elif EPILOGUE == 2:
         m = tl.load(m_ptr + rows, mask=row_ok, other=0.0).to(tl.float32)
-        y = _round(_round(_gelu_tanh(_round(y, y_ptr)), y_ptr) * m, y_ptr)
+        y = _gelu_gated(_round(y, y_ptr), m, y_ptr)
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
     if EPILOGUE == 3:
         _residual_after(
