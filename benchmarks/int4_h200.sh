@@ -7,7 +7,8 @@
 #           1, 8 and 64 in bf16 and with --quantize w4a16, greedy tokens and a profile;
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
 #           HTTP, 128 in / 512 out at 1, 8 and 64 requests, shipped server defaults) for
-#           bf16 and for --quantize w4a16; with PATCH, with a patch to the int4 path applied;
+#           bf16 and for --quantize w4a16; with PATCH, with a patch to the int4 path applied
+#           (here and wherever a server runs, a server's error lines are printed);
 #   profile: the served step at REQUESTS concurrent requests (default 1), bf16 and
 #           int4, profiled and split along its chain of kernels
 #           (`benchmarks.decode_profile`; about 5 minutes, 6.5 at REQUESTS=64);
@@ -135,6 +136,15 @@ for side in sys.argv[2:]:
           "GB", {k: round(v / 1e9, 2) for k, v in d.items() if "bytes" in k and v})
 PY
 }
+# Why a server under $1 did not serve: the error lines of each of its logs (a failed start
+# shows only as a missing row in the benchmark's table).
+server_errors() {
+  local log
+  for log in "$1"/server*.log "$1"/*-server.log; do
+    [ -f "$log" ] || continue
+    grep -iH "unsupported\|error" "$log" | head -5 | sed "s|^$OUT/||"
+  done
+}
 # The served step profiled (`benchmarks.decode_profile`, 16 steps): $1 names its folder and
 # log under $OUT, $2 is its time limit, the rest are its flags (--variant, --requests).
 profile_run() {
@@ -146,6 +156,7 @@ profile_run() {
   tail -8 "$OUT/$name.log"
   # whose pinned table each server ran (or that the autotuner chose), from its log
   grep -H "int4: " "$OUT/$name"/*-server.log 2>/dev/null | sed "s|^$OUT/||"
+  server_errors "$OUT/$name"
 }
 case "${1:-steps}" in
 sweep)
@@ -400,6 +411,7 @@ server-int4)
     > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
   grep "^|\|ERROR" "$OUT/bench.log"
+  server_errors "$OUT/eng"
   rm -rf "$OUT"/eng/sweep*
   ;;
 ple-pair)
@@ -424,6 +436,7 @@ server)
   echo "benchmark exit: $?"
   if [ -n "${PATCH:-}" ]; then git apply -R "$PATCH"; fi
   grep "^|\|ERROR" "$OUT/bench.log"
+  server_errors "$OUT/eng"
   rm -f "$OUT"/eng/sweep*/requests.jsonl "$OUT"/eng/sweep*/vllm_bench_serve.jsonl
   rm -f "$OUT"/eng/sweep*/summary.json
   ;;
