@@ -283,10 +283,7 @@ def _launch_matmul_int4(
     m, k = x.shape
     n = packed.shape[0]
     y = torch.empty(m, n // 2 if epilogue == GELU_PAIR else n, dtype=x.dtype, device=x.device)
-    if multiplier is None:
-        multiplier = y
-    elif multiplier.stride(-1) != 1:
-        multiplier = multiplier.contiguous()
+    multiplier = _multiplier_operand(multiplier, y)
     bucket = matmul_int4_bucket(m)
     kernel = _kernel("matmul_int4")
     group = k // scale.shape[1]
@@ -309,6 +306,15 @@ def _launch_matmul_int4(
     return y
 
 
+def _multiplier_operand(multiplier: torch.Tensor | None, placeholder: torch.Tensor) -> torch.Tensor:
+    """GELU_TIMES' multiplier as the int4 gates read it (unit stride along a row; its
+    rows may be strided, as the per-layer inputs are), or `placeholder` where the gate
+    has none: the kernels take a pointer either way."""
+    if multiplier is None:
+        return placeholder
+    return multiplier if multiplier.stride(-1) == 1 else multiplier.contiguous()
+
+
 # Outputs of a row a `gelu_gate_int4` program gates.
 _GATE_BLOCK = 1024
 
@@ -321,9 +327,7 @@ def _launch_gelu_gate_int4(
     rows, width = y.shape
     n = width // 2 if epilogue == GELU_PAIR else width
     out = torch.empty(rows, n, dtype=y.dtype, device=y.device)
-    m = y if multiplier is None else multiplier
-    if m.stride(-1) != 1:
-        m = m.contiguous()
+    m = _multiplier_operand(multiplier, y)
     _kernel("gelu_gate_int4")[(rows, -(-n // _GATE_BLOCK))](
         y, m, out, n, y.stride(0), m.stride(0), PAIR=epilogue == GELU_PAIR, BLOCK=_GATE_BLOCK
     )

@@ -480,8 +480,6 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
             gate, up = exact.chunk(2, dim=-1)
             times = rand(rows, 2, n, dtype=torch.float16)[:, 1]
             gelu = torch.nn.functional.gelu
-            # The same gates after the plain product (`gelu_gate_int4`: where the CUDA
-            # few-row product takes the rows), at the first configuration.
             forms = {
                 "gate/up pair": (
                     kernels._launch_matmul_int4(xr, *w16, kernels.GELU_PAIR),
@@ -495,6 +493,8 @@ def _int4_checks(rand: Any, record: Any, out: dict[str, dict[str, Any]]) -> None
                 ),
             }
             if index == 0:
+                # The same gates after the plain product (`gelu_gate_int4`: where the CUDA
+                # few-row product takes the rows), at the first configuration.
                 forms["gate/up pair after"] = (
                     kernels._launch_gelu_gate_int4(got, kernels.GELU_PAIR, None),
                     *forms["gate/up pair"][1:],
