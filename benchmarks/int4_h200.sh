@@ -8,7 +8,11 @@
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
 #           HTTP, 128 in / 512 out at 1, 8 and 64 requests, shipped server defaults) for
 #           bf16 and for --quantize w4a16; with PATCH, with a patch to the int4 path applied
-#           (here and wherever a server runs, a server's error lines are printed);
+#           (here and wherever a server runs, a server's error lines are printed). Each
+#           cell is REPEATS measured passes (default 3; the table gives their median)
+#           after a warm-up: one pass at 64 requests moved int4 against bf16 by 4% from
+#           sweep to sweep (benchmarks/records/2026-12-07-h100-int4-server-run-time-gates.md),
+#           and passes are cheap beside the servers' starts;
 #   profile: the served step at REQUESTS concurrent requests (default 1), bf16 and
 #           int4, profiled and split along its chain of kernels
 #           (`benchmarks.decode_profile`; about 5 minutes, 6.5 at REQUESTS=64);
@@ -223,7 +227,7 @@ all)
   SERVER_S=$(( $(left) - 40 ))
   if [ "$SERVER_S" -gt 90 ]; then
     timeout "$SERVER_S" python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
-      --levels 1,8,64 --repeats 1 --budget-s $(( SERVER_S - 20 )) \
+      --levels 1,8,64 --repeats ${REPEATS:-3} --budget-s $(( SERVER_S - 20 )) \
       --server-variant int4="--quantize w4a16" > "$OUT/bench.log" 2>&1
     echo "server exit: $? at ${SECONDS}s"
     grep "^|\|ERROR" "$OUT/bench.log" | tail -30
@@ -407,7 +411,7 @@ server-int4)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
   timeout ${TMO:-560} python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
-    --levels 1,8,64 --repeats 1 --budget-s ${BUDGET_S:-540} --server-args "--quantize w4a16" \
+    --levels 1,8,64 --repeats ${REPEATS:-3} --budget-s ${BUDGET_S:-540} --server-args "--quantize w4a16" \
     > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
   grep "^|\|ERROR" "$OUT/bench.log"
@@ -431,7 +435,7 @@ server)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
   timeout ${TMO:-560} python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
-    --levels 1,8,64 --repeats 1 --budget-s 540 \
+    --levels 1,8,64 --repeats ${REPEATS:-3} --budget-s 540 \
     --server-variant int4="--quantize w4a16 ${INT4_FLAGS:-}" > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
   if [ -n "${PATCH:-}" ]; then git apply -R "$PATCH"; fi

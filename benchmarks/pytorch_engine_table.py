@@ -17,8 +17,12 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
 def _server_cell(c: dict[str, Any], ttft: bool = False) -> str:
     """One sweep cell of a server run, as the table shows it."""
     ttft_text = f", TTFT p50 {_fmt(c['ttft_ms_p50_median'])} ms" if ttft else ""
+    low, high = c.get("aggregate_output_tok_s_min"), c.get("aggregate_output_tok_s_max")
+    # Passes of one cell spread by a few percent: a ratio between two servers that falls
+    # inside that spread is not a difference.
+    spread = f" (passes {_fmt(low)} to {_fmt(high)})" if low is not None and low != high else ""
     return (
-        f"aggregate {_fmt(c['aggregate_output_tok_s_median'])} tok/s, per request "
+        f"aggregate {_fmt(c['aggregate_output_tok_s_median'])} tok/s{spread}, per request "
         f"{_fmt(c['per_request_decode_tok_s'])} tok/s{ttft_text}, server step "
         f"{_fmt(c['server_decode_step_ms_mean'], '.2f')} ms x "
         f"{_fmt(c['server_decode_rows_mean'])} rows (device "
