@@ -358,13 +358,13 @@ def _attend(
 ) -> torch.Tensor:
     """One sequence: q (1, H, q_len, D), k/v (1, KVH, n, D) -> (1, H, q_len, Dv)."""
     if softcap is None:
+        if not _keeps_grouped_heads(q, k, v, mask, is_causal):
+            k, v = _heads_expanded(k, v, q.shape[1])
         return F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, is_causal=is_causal, scale=scale, enable_gqa=True
         )
     # Logit soft-capping (Gemma 2) has no SDPA kernel: the plain formula.
-    groups = q.shape[1] // k.shape[1]
-    k = k.repeat_interleave(groups, dim=1)
-    v = v.repeat_interleave(groups, dim=1)
+    k, v = _heads_expanded(k, v, q.shape[1])
     scores = torch.matmul(q, k.transpose(-1, -2)) * scale
     scores = torch.tanh(scores / softcap) * softcap
     if is_causal:
@@ -373,6 +373,58 @@ def _attend(
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     return torch.matmul(torch.softmax(scores.float(), dim=-1).to(v.dtype), v)
+
+
+def _heads_expanded(
+    k: torch.Tensor, v: torch.Tensor, heads: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keys and values (1, KVH, n, D) repeated to `heads` heads, each query head's own."""
+    groups = heads // k.shape[1]
+    if groups == 1:
+        return k, v
+    return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+
+
+# (device, dtype, heads, KV heads, widths, mask, causal) -> `_keeps_grouped_heads`.
+_KEEPS_GROUPED: dict[tuple[object, ...], bool] = {}
+
+
+def _keeps_grouped_heads(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, is_causal: bool
+) -> bool:
+    """Should this SDPA call pass its grouped heads (KVH < H) as they are? Not where no
+    fused kernel takes them grouped and one takes them expanded; always off CUDA.
+
+    Why: with the device's torch (2.11), the calls of Gemma 4's full-attention layers
+    (512 wide, one KV head) went to the math backend, which computes in float32: two
+    float32 GEMMs a layer, a seventh of a packed prefill's device time in a profile on
+    an H100 (benchmarks/records/2026-12-07-h100-int4-server-run-time-gates.md). Flash and cuDNN
+    do not take heads that wide; torch's memory-efficient kernel takes them, but not
+    grouped. transformers' SDPA path expands heads the same way whenever it passes a
+    mask. Torch itself is asked (`torch.backends.cuda.can_use_*`), once a shape, so a
+    torch whose fused kernels take the grouped call keeps it grouped."""
+    if q.device.type != "cuda" or k.shape[1] == q.shape[1]:
+        return True
+    key = (q.device, q.dtype, q.shape[1], k.shape[1], q.shape[-1], v.shape[-1], mask is None,
+           is_causal)  # fmt: skip
+    keeps = _KEEPS_GROUPED.get(key)
+    if keeps is None:
+        from torch.backends import cuda as backends
+
+        def fused(key_heads: torch.Tensor, value_heads: torch.Tensor) -> bool:
+            params = backends.SDPAParams(q, key_heads, value_heads, mask, 0.0, is_causal, True)
+            return any(
+                can_use(params, False)
+                for can_use in (
+                    backends.can_use_flash_attention,
+                    backends.can_use_efficient_attention,
+                    backends.can_use_cudnn_attention,
+                )
+            )
+
+        keeps = fused(k, v) or not fused(*_heads_expanded(k, v, q.shape[1]))
+        _KEEPS_GROUPED[key] = keeps
+    return keeps
 
 
 def _attend_segment(

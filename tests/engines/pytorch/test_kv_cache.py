@@ -272,3 +272,48 @@ def test_swap_slots_exchanges_every_pool() -> None:
         torch.testing.assert_close(cache.keys[layer][0], before[layer][2])
         torch.testing.assert_close(cache.keys[layer][2], before[layer][0])
         torch.testing.assert_close(cache.values[layer][0], 2 * before[layer][2])
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(8, 1), (8, 2)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_expanded_heads_attend_as_grouped_heads(heads: int, kv_heads: int, causal: bool) -> None:
+    # `_attend` expands grouped heads where only that reaches a fused kernel (CUDA): each
+    # query head must still read its own group's keys, as enable_gqa's grouping does.
+    gen = torch.Generator().manual_seed(heads + kv_heads)
+    q = torch.randn(1, heads, 24, 32, generator=gen)
+    k = torch.randn(1, kv_heads, 24, 32, generator=gen)
+    v = torch.randn(1, kv_heads, 24, 16, generator=gen)
+    pos = torch.arange(24)
+    mask = None if causal else (pos[None, :] <= pos[:, None]) & (pos[None, :] > pos[:, None] - 5)
+    grouped = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=True
+    )
+    expanded = F.scaled_dot_product_attention(
+        q, *kv_cache._heads_expanded(k, v, heads), attn_mask=mask, is_causal=causal
+    )
+    torch.testing.assert_close(expanded, grouped)
+    assert kv_cache._keeps_grouped_heads(q, k, v, mask, causal)  # off CUDA: as they are
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("causal", [False, True])
+def test_wide_grouped_heads_reach_a_fused_kernel_on_cuda(causal: bool) -> None:
+    # Gemma 4's full-attention layers (8 query heads 512 wide over one KV head): `_attend`
+    # runs them with the math backend turned off, so a call that would have fallen to it
+    # (float32 GEMMs) raises; and it agrees with float32 attention to bf16 rounding.
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    q = torch.randn(1, 8, 256, 512, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(1, 1, 256, 512, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn(1, 1, 256, 512, device="cuda", dtype=torch.bfloat16, generator=gen)
+    pos = torch.arange(256, device="cuda")
+    mask = None if causal else (pos[None, :] <= pos[:, None])
+    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    with sdpa_kernel(fused):
+        out = kv_cache._attend(q, k, v, mask, causal, 512**-0.5, None)
+    exact = F.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), attn_mask=mask, is_causal=causal, scale=512**-0.5,
+        enable_gqa=True,
+    )  # fmt: skip
+    torch.testing.assert_close(out.float(), exact, atol=2e-2, rtol=2e-2)
