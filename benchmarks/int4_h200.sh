@@ -400,6 +400,8 @@ for side in ("none", "w4a16", "patched"):
         print(f"{side} {n} prompts: wall {p['wall_ms']:.1f} ms, device {p['device_time_ms']:.1f},"
               f" host {p['host_self_cpu_ms']:.1f}, device busy {p.get('device_busy_fraction') or 0:.2f};",
               [(o["op"][:40], o["count"], round(o["self_cpu_ms"], 1)) for o in p["top_host_ops"][:6]])
+        print("  top kernels:", [(k["kernel"][:48], k["count"], round(k["ms"], 2))
+                                 for k in p["top_kernels"][:6]])
 PY
   ;;
 prefill-rows)

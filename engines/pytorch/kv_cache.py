@@ -397,10 +397,10 @@ def _keeps_grouped_heads(
 
     Why: with the device's torch (2.11), the calls of Gemma 4's full-attention layers
     (512 wide, one KV head) went to the math backend, which computes in float32: two
-    float32 GEMMs a layer, a seventh of a packed prefill's device time in a profile on
-    an H100 (benchmarks/records/2026-12-07-h100-int4-server-run-time-gates.md). Flash and cuDNN
-    do not take heads that wide; torch's memory-efficient kernel takes them, but not
-    grouped. transformers' SDPA path expands heads the same way whenever it passes a
+    float32 GEMMs a layer, a large share of a packed prefill's device time in a profile
+    on an H100 (benchmarks/records/2026-12-07-h100-int4-server-run-time-gates.md).
+    Flash and cuDNN do not take heads that wide; torch's memory-efficient kernel takes
+    them, but not grouped. transformers' SDPA path expands heads the same way whenever it passes a
     mask. Torch itself is asked (`torch.backends.cuda.can_use_*`), once a shape, so a
     torch whose fused kernels take the grouped call keeps it grouped."""
     if q.device.type != "cuda" or k.shape[1] == q.shape[1]:
