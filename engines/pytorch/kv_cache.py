@@ -400,9 +400,9 @@ def _keeps_grouped_heads(
     float32 GEMMs a layer, a large share of a packed prefill's device time in a profile
     on an H100 (benchmarks/records/2026-12-07-h100-int4-server-run-time-gates.md).
     Flash and cuDNN do not take heads that wide; torch's memory-efficient kernel takes
-    them, but not grouped. transformers' SDPA path expands heads the same way whenever it passes a
-    mask. Torch itself is asked (`torch.backends.cuda.can_use_*`), once a shape, so a
-    torch whose fused kernels take the grouped call keeps it grouped."""
+    them, but not grouped. transformers' SDPA path expands heads the same way whenever it
+    passes a mask. Torch itself is asked (`torch.backends.cuda.can_use_*`), once a shape,
+    so a torch whose fused kernels take the grouped call keeps it grouped."""
     if q.device.type != "cuda" or k.shape[1] == q.shape[1]:
         return True
     key = (q.device, q.dtype, q.shape[1], k.shape[1], q.shape[-1], v.shape[-1], mask is None,
