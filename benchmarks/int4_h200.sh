@@ -37,6 +37,13 @@
 #           int4 (`engines.pytorch.stepbench --profile-prefill`): wall, device and host
 #           time and the top host ops (about 3 minutes); with PATCH (as in patch), int4 again
 #           with the patch applied, after its CUDA tests (about 5 minutes);
+#   patch-steps: an A/B of small kernel changes kept as patches, without servers: the
+#           model step (`engines.pytorch.stepbench`, STEP_FLAGS, int4) at BATCHES rows
+#           (default 1) after prompts of PROMPT_LEN tokens (default 512, keys as a served
+#           request's), on the tree, then with each patch of PATCHES (space-separated, each
+#           applied alone and taken back out), then on the tree again (the machine's drift)
+#           and bf16 last, each in its own process (about a minute a side); with TESTS, the
+#           engine's int4 and attention CUDA tests (-k TESTS) first, on the tree;
 #   prefill-rows: E2B's projections at a prefill's 512 and 2,048 rows (`benchmarks.int4_h200
 #           --batches 512,2048`): bf16 cuBLAS, the engine's int4 path (the weight made
 #           dense, then cuBLAS) and `matmul_int4` over all the rows (about 3 minutes);
@@ -97,7 +104,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|prefill-rows|profile|profile-tables|swap|patch|forms|gemm|rows-ab|prefill|sweep|table|bound|chain|attention|planar|ncu|all
+#     steps|server|server-int4|patch-steps|prefill-rows|profile|profile-tables|swap|patch|forms|gemm|rows-ab|prefill|sweep|table|bound|chain|attention|planar|ncu|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -403,6 +410,33 @@ for side in ("none", "w4a16", "patched"):
         print("  top kernels:", [(k["kernel"][:48], k["count"], round(k["ms"], 2))
                                  for k in p["top_kernels"][:6]])
 PY
+  ;;
+patch-steps)
+  : "${PATCHES:?PATCHES=the patch files}"
+  if [ -n "${TESTS:-}" ]; then
+    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_cuda_int4.py \
+      tests/engines/pytorch/test_cuda_int4_rows.py tests/engines/pytorch/test_int4_cuda.py \
+      tests/engines/pytorch/test_attention_kernel.py -k "$TESTS" > "$OUT/cuda-tests.log" 2>&1
+    echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  fi
+  names=()
+  n=0
+  for side in tree $PATCHES tree-again bf16; do
+    q=w4a16; name=$side
+    [ "$side" = bf16 ] && q=none
+    if [ -f "$side" ]; then
+      name="patch$n"; n=$((n + 1))
+      git apply "$side" || { echo "$side ($name) does not apply"; continue; }
+    fi
+    # shellcheck disable=SC2086
+    timeout 150 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches "${BATCHES:-1}" \
+      --prompt-len "${PROMPT_LEN:-512}" --steps 64 --quantize "$q" \
+      --out "$OUT/steps-$name.json" > "$OUT/steps-$name.log" 2>&1
+    echo "$side ($name) exit: $? at ${SECONDS}s"
+    [ -f "$side" ] && git apply -R "$side"
+    names+=("$name")
+  done
+  step_lines "$OUT/steps" "${names[@]}"
   ;;
 prefill-rows)
   timeout "${TMO:-300}" python3 -m benchmarks.int4_h200 --batches "${ROWS:-512,2048}" \
