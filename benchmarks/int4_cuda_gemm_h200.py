@@ -217,35 +217,46 @@ def main(argv: list[str] | None = None) -> int:
             step["triton"] += r["triton_us"] * count
             step["cuda"] += cuda * count
             step["best_int4"] += min(r["triton_us"], r.get("cuda_us", math.inf)) * count
+            # Written after each shape: a run cut short keeps what it measured.
+            _write(args, lines, results)
         lines.append(
             "step's products, ms: " + ", ".join(f"{key} {us / 1e3:.3f}" for key, us in step.items())
         )
-        # Written after each row count: a run cut short keeps what it measured.
-        if args.out:
-            table = "\n".join(lines)
-            result = {"gpu": torch.cuda.get_device_name(), "shapes": results, "table": table}
-            args.out.write_text(json.dumps(result, indent=1))
-        if args.table:
-            args.table.write_text(json.dumps(served_table(results, args.table), indent=1) + "\n")
+        _write(args, lines, results)
     print("\n".join(lines))
     return 0
 
 
-def served_table(results: list[dict[str, Any]], path: Path) -> dict[str, Any]:
-    """`cuda_int4_rows.TABLE`'s text: each measured (row bucket, N, K) whose best build
-    took under `SERVE_BELOW` of `matmul_int4`'s time, and that build; the row buckets this
-    run did not measure keep the entries of the table at `path`."""
+def _write(args: argparse.Namespace, lines: list[str], results: list[dict[str, Any]]) -> None:
     import torch
 
-    measured = {cuda_int4_rows.tiles_for(r["rows"]) for r in results}
+    gpu = torch.cuda.get_device_name()
+    if args.out:
+        result = {"gpu": gpu, "shapes": results, "table": "\n".join(lines)}
+        args.out.write_text(json.dumps(result, indent=1))
+    if args.table:
+        table = served_table(results, args.table, gpu)
+        args.table.write_text(json.dumps(table, indent=1) + "\n")
+
+
+def served_table(results: list[dict[str, Any]], path: Path, gpu: str) -> dict[str, Any]:
+    """`cuda_int4_rows.TABLE`'s text: each measured (row bucket, N, K) whose best build
+    took under `SERVE_BELOW` of `matmul_int4`'s time, and that build; what this run did
+    not measure (other row buckets, or shapes a run cut short did not reach) keeps its
+    entry of the table at `path`."""
+
+    def key(r: dict[str, Any]) -> str:
+        return f"{cuda_int4_rows.tiles_for(r['rows'])},{r['N']},{r['K']}"
+
+    measured = {key(r) for r in results}
     kept = json.loads(path.read_text())["builds"] if path.exists() else {}
-    builds = {key: name for key, name in kept.items() if int(key.split(",")[0]) not in measured}
+    builds = {k: name for k, name in kept.items() if k not in measured}
     builds |= {
-        f"{cuda_int4_rows.tiles_for(r['rows'])},{r['N']},{r['K']}": r["cuda_config"]
+        key(r): r["cuda_config"]
         for r in results
         if r.get("cuda_us", math.inf) < SERVE_BELOW * r["triton_us"]
     }
-    return {"measured_on": torch.cuda.get_device_name(), "builds": dict(sorted(builds.items()))}
+    return {"measured_on": gpu, "builds": dict(sorted(builds.items()))}
 
 
 if __name__ == "__main__":

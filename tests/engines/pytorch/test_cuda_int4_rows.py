@@ -8,7 +8,9 @@ counters at zero, and that a served build replays in a CUDA graph and is what
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -129,6 +131,31 @@ def test_the_benchmarks_search_builds() -> None:
         for config in gemm.configs(n, k, rows)[-2:]:
             build = Build(n, k, cuda_int4_rows.tiles_for(rows), config)
             assert cuda_int4.cubin(build.source(), "90")[:4] == b"\x7fELF"
+
+
+def test_a_search_cut_short_keeps_the_entries_it_did_not_reach(tmp_path: Path) -> None:
+    # benchmarks/int4_cuda_gemm_h200.py writes the served table after each shape.
+    from benchmarks import int4_cuda_gemm_h200 as gemm
+
+    table = tmp_path / "table.json"
+    kept = {
+        "4,1536,6144": "w8_rw1_sk8_st3",
+        "4,8960,1536": "w4_rw2_sk3_st2",
+        "1,256,1536": "w4_rw1_sk6_st2",
+    }
+    table.write_text(json.dumps({"measured_on": "earlier", "builds": kept}))
+    # At 32 rows (4 tiles): one shape loses its entry, one gains one.
+    shape = {"rows": 32, "N": 1536, "triton_us": 10.0}
+    results = [
+        shape | {"K": 6144, "cuda_us": 9.9, "cuda_config": "w8_rw1_sk4_st3"},
+        shape | {"K": 4096, "cuda_us": 8.6, "cuda_config": "w8_rw2_sk8_st2_bs2"},
+    ]
+    served = gemm.served_table(results, table, "GPU")
+    assert served == {
+        "measured_on": "GPU",
+        "builds": {"1,256,1536": "w4_rw1_sk6_st2", "4,1536,4096": "w8_rw2_sk8_st2_bs2",
+                   "4,8960,1536": "w4_rw2_sk3_st2"},
+    }  # fmt: skip
 
 
 def _operands(rows: int, n: int, k: int, seed: int) -> tuple[torch.Tensor, ...]:
