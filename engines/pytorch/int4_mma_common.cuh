@@ -24,8 +24,8 @@ __device__ __forceinline__ unsigned long long evict_first_policy() {
 }
 
 // Scale `at` of a weight where `ok` (else 0), read once a step like its words (`__ldcs`):
-// evict-first in L2 (L1 as before), so a step's scales, an eighth of its int4 bytes, do
-// not push out of L2 what later kernels read again (the attention's keys and values).
+// evict-first in L2 (L1 as before), so a step's scales, an eighth of the words' bytes,
+// do not push out of L2 what later kernels read again (the attention's keys and values).
 // The caller's `at` is valid either way: the load is unconditional, so it is predicated
 // like the plain load it replaces, not branched around.
 __device__ __forceinline__ unsigned streamed_scale(const unsigned short* ws, size_t at, bool ok) {
