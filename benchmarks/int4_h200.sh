@@ -420,22 +420,30 @@ patch-steps)
     echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
   fi
   names=()
-  n=0
-  for side in tree $PATCHES tree-again bf16; do
-    q=w4a16; name=$side
-    [ "$side" = bf16 ] && q=none
-    if [ -f "$side" ]; then
-      name="patch$n"; n=$((n + 1))
-      git apply "$side" || { echo "$side ($name) does not apply"; continue; }
-    fi
+  # The model step as SIDE ($1) with --quantize $2, in its own process.
+  step_side() {
     # shellcheck disable=SC2086
     timeout 150 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches "${BATCHES:-1}" \
-      --prompt-len "${PROMPT_LEN:-512}" --steps 64 --quantize "$q" \
-      --out "$OUT/steps-$name.json" > "$OUT/steps-$name.log" 2>&1
-    echo "$side ($name) exit: $? at ${SECONDS}s"
-    [ -f "$side" ] && git apply -R "$side"
-    names+=("$name")
+      --prompt-len "${PROMPT_LEN:-512}" --steps 64 --quantize "$2" \
+      --out "$OUT/steps-$1.json" > "$OUT/steps-$1.log" 2>&1
+    echo "$1 exit: $? at ${SECONDS}s"
+    names+=("$1")
+  }
+  step_side tree w4a16
+  n=0
+  for patch in $PATCHES; do
+    # A missing or stale patch is named and skipped, never measured as the tree.
+    if [ -f "$patch" ] && git apply "$patch"; then
+      echo "patch$n is $patch"
+      step_side "patch$n" w4a16
+      git apply -R "$patch"
+    else
+      echo "patch$n: $patch is not a patch that applies here; skipped"
+    fi
+    n=$((n + 1))
   done
+  step_side tree-again w4a16
+  step_side bf16 none
   step_lines "$OUT/steps" "${names[@]}"
   ;;
 prefill-rows)
