@@ -118,6 +118,17 @@ nvidia-smi --query-gpu=name,clocks.max.sm,clocks.mem,power.limit --format=csv,no
 STEP_FLAGS="--model random:gemma-4-e2b --decode-attention batched --cuda-graphs on \
   --fused-norms on --decode-program on --triton-gemv on"
 left() { echo $(( ${BUDGET_S:-540} - SECONDS )); }
+# The engine's CUDA test files, named once. Each mode picks from them with a pytest -k
+# expression ($3: a file's name, e.g. test_kernels.py, selects its tests), within $1
+# seconds, logging to $OUT/$2, and says how they ended.
+CUDA_TEST_FILES=(kernels attention_kernel dependent_launch int4_cuda cuda_int4 cuda_int4_rows
+  kv_cache)
+cuda_tests() {
+  local files=() name
+  for name in "${CUDA_TEST_FILES[@]}"; do files+=("tests/engines/pytorch/test_$name.py"); done
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider "${files[@]}" -k "$3" > "$OUT/$2" 2>&1
+  echo "CUDA tests: $(tail -1 "$OUT/$2") at ${SECONDS}s"
+}
 # The model step benchmark in bf16, then int4 ($1 names its files; then more stepbench
 # flags), and a line each: step times (each waited / queued), greedy tokens, memory in GB.
 step_pair() {
@@ -171,10 +182,8 @@ profile_run() {
 }
 case "${1:-steps}" in
 sweep)
-  timeout 100 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_kernels.py \
-    tests/engines/pytorch/test_attention_kernel.py tests/engines/pytorch/test_dependent_launch.py \
-    > "$OUT/cuda-tests.log" 2>&1
-  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  cuda_tests 100 cuda-tests.log \
+    "test_kernels.py or test_attention_kernel.py or test_dependent_launch.py"
   timeout $(( ${SWEEP_S:-200} + 30 )) python3 -m benchmarks.int4_gemv_sweep --rows 1,8 \
     --budget-s "${SWEEP_S:-200}" --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
   echo "sweep exit: $? at ${SECONDS}s"; grep "^rows\|^\[" "$OUT/sweep.log"
@@ -185,9 +194,7 @@ sweep)
   fi
   ;;
 table)
-  timeout 120 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_int4_cuda.py \
-    > "$OUT/cuda-tests.log" 2>&1
-  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  cuda_tests 120 cuda-tests.log test_int4_cuda.py
   timeout 60 python3 -m benchmarks.int4_h200 --dequantize > "$OUT/dequantize.log" 2>&1
   echo "dequantize exit: $?"; cat "$OUT/dequantize.log" | tail -5
   cp engines/pytorch/int4_configs.json "$OUT/int4_configs.json" 2>/dev/null
@@ -252,10 +259,8 @@ all)
       for n in ('step-w4a16','step-w4a16-again')); print('int4 greedy tokens repeat:', a==b)"
   fi
   if [ -n "${CUDA_TESTS:-}" ] && [ "$(left)" -gt 45 ]; then
-    timeout $(( $(left) - 5 )) python3 -m pytest -q -p no:cacheprovider \
-      tests/engines/pytorch/test_kernels.py tests/engines/pytorch/test_attention_kernel.py \
-      tests/engines/pytorch/test_dependent_launch.py > "$OUT/cuda-tests.log" 2>&1
-    echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+    cuda_tests $(( $(left) - 5 )) cuda-tests.log \
+      "test_kernels.py or test_attention_kernel.py or test_dependent_launch.py"
   fi
   # What comes back from the device is a few files: everything in one archive.
   (cd "$OUT" && tar czf ../int4-all.tgz . && rm -rf ./* && mv ../int4-all.tgz .)
@@ -276,9 +281,7 @@ profile)
     --variant int4="--quantize w4a16 ${INT4_FLAGS:-}"
   ;;
 attention)
-  timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_attention_kernel.py \
-    > "$OUT/cuda-tests.log" 2>&1
-  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  cuda_tests 150 cuda-tests.log test_attention_kernel.py
   profile_run dp "${TMO:-420}" \
     --variant kernel="--quantize w4a16 --attention-form kernel ${INT4_FLAGS:-}" \
     --variant normed="--quantize w4a16 ${INT4_FLAGS:-}"
@@ -329,9 +332,8 @@ patch)
   : "${PATCH:?PATCH=the patch file}"
   git apply "$PATCH" || exit 1
   if [ -n "${TESTS:-}" ]; then
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_kernels.py \
-      tests/engines/pytorch/test_int4_cuda.py tests/engines/pytorch/test_cuda_int4.py -k "$TESTS" > "$OUT/patch-tests.log" 2>&1
-    echo "CUDA tests: $(tail -1 "$OUT/patch-tests.log") at ${SECONDS}s"
+    cuda_tests 150 patch-tests.log \
+      "(test_kernels.py or test_int4_cuda.py or test_cuda_int4.py) and ($TESTS)"
   fi
   profile_run dp-patched "${TMO:-240}" --requests "${REQUESTS:-1}" \
     --variant "patched=--quantize w4a16 ${INT4_FLAGS:-}"
@@ -355,9 +357,7 @@ gemm)
   echo "gemm probe exit: $? at ${SECONDS}s"
   grep -v "^[a-z].* {" "$OUT/gemm.log" | tail -70
   cp engines/pytorch/int4_rows_configs.json "$OUT/"
-  timeout 200 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_cuda_int4_rows.py \
-    tests/engines/pytorch/test_int4_cuda.py > "$OUT/cuda-tests.log" 2>&1
-  echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+  cuda_tests 200 cuda-tests.log "test_cuda_int4_rows.py or test_int4_cuda.py"
   ;;
 rows-ab)
   TABLE=engines/pytorch/int4_rows_configs.json
@@ -383,9 +383,8 @@ prefill)
     q=$side
     if [ "$side" = patched ]; then
       q=w4a16; git apply "$PATCH" || break
-      timeout 150 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_int4_cuda.py \
-        tests/engines/pytorch/test_kernels.py -k "${TESTS:-int4}" > "$OUT/patch-tests.log" 2>&1
-      echo "CUDA tests, patched: $(tail -1 "$OUT/patch-tests.log") at ${SECONDS}s"
+      cuda_tests 150 patch-tests.log \
+        "(test_int4_cuda.py or test_kernels.py) and (${TESTS:-int4})"
     fi
     for n in 8 16; do
       # shellcheck disable=SC2086
@@ -414,10 +413,8 @@ PY
 patch-steps)
   : "${PATCHES:?PATCHES=the patch files}"
   if [ -n "${TESTS:-}" ]; then
-    timeout 240 python3 -m pytest -q -p no:cacheprovider tests/engines/pytorch/test_cuda_int4.py \
-      tests/engines/pytorch/test_cuda_int4_rows.py tests/engines/pytorch/test_int4_cuda.py \
-      tests/engines/pytorch/test_attention_kernel.py -k "$TESTS" > "$OUT/cuda-tests.log" 2>&1
-    echo "CUDA tests: $(tail -1 "$OUT/cuda-tests.log") at ${SECONDS}s"
+    cuda_tests 240 cuda-tests.log "(test_cuda_int4.py or test_cuda_int4_rows.py or \
+      test_int4_cuda.py or test_attention_kernel.py) and ($TESTS)"
   fi
   names=()
   # The model step as SIDE ($1) with --quantize $2, in its own process.

@@ -385,8 +385,12 @@ def _heads_expanded(
     return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
 
-# (device, dtype, heads, KV heads, widths, mask, causal) -> `_keeps_grouped_heads`.
+# (device, dtype, heads, KV heads, widths, lengths, mask dtype, causal) ->
+# `_keeps_grouped_heads`. The lengths belong in the key: a fused kernel may take a square
+# causal call and not a longer key's (flash refuses causal calls whose lengths differ).
 _KEEPS_GROUPED: dict[tuple[object, ...], bool] = {}
+# A server meets a few lengths a prompt; past this many answers the cache starts over.
+_KEEPS_GROUPED_MAX = 4096
 
 
 def _keeps_grouped_heads(
@@ -405,8 +409,8 @@ def _keeps_grouped_heads(
     so a torch whose fused kernels take the grouped call keeps it grouped."""
     if q.device.type != "cuda" or k.shape[1] == q.shape[1]:
         return True
-    key = (q.device, q.dtype, q.shape[1], k.shape[1], q.shape[-1], v.shape[-1], mask is None,
-           is_causal)  # fmt: skip
+    key = (q.device, q.dtype, q.shape[1], k.shape[1], q.shape[-1], v.shape[-1], q.shape[2],
+           k.shape[2], None if mask is None else mask.dtype, is_causal)  # fmt: skip
     keeps = _KEEPS_GROUPED.get(key)
     if keeps is None:
         from torch.backends import cuda as backends
@@ -423,6 +427,8 @@ def _keeps_grouped_heads(
             )
 
         keeps = fused(k, v) or not fused(*_heads_expanded(k, v, q.shape[1]))
+        if len(_KEEPS_GROUPED) >= _KEEPS_GROUPED_MAX:
+            _KEEPS_GROUPED.clear()
         _KEEPS_GROUPED[key] = keeps
     return keeps
 

@@ -317,3 +317,25 @@ def test_wide_grouped_heads_reach_a_fused_kernel_on_cuda(causal: bool) -> None:
         enable_gqa=True,
     )  # fmt: skip
     torch.testing.assert_close(out.float(), exact, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("lengths", [[(64, 64), (16, 64)], [(16, 64), (64, 64)]])
+def test_each_length_of_grouped_heads_is_asked_for_on_its_own(
+    lengths: list[tuple[int, int]],
+) -> None:
+    # Flash takes a square causal call with grouped heads and refuses one whose key is
+    # longer than its queries: the answer for one must not be reused for the other, in
+    # either order, or the second call falls to the math backend (here: raises).
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kv_cache._KEEPS_GROUPED.clear()
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+    for q_len, k_len in lengths:
+        q = torch.randn(1, 8, q_len, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
+        k = torch.randn(1, 1, k_len, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
+        v = torch.randn(1, 1, k_len, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
+        with sdpa_kernel(fused):
+            out = kv_cache._attend(q, k, v, None, True, 256**-0.5, None)
+        assert out.shape == (1, 8, q_len, 256)
