@@ -43,7 +43,8 @@
 #           request's), on the tree, then with each patch of PATCHES (space-separated, each
 #           applied alone and taken back out), then on the tree again (the machine's drift)
 #           and bf16 last, each in its own process (about a minute a side); with TESTS, the
-#           engine's int4 and attention CUDA tests (-k TESTS) first, on the tree;
+#           engine's int4 and attention CUDA tests (-k TESTS) on the tree first and on each
+#           patch before its step (about a minute each);
 #   prefill-rows: E2B's projections at a prefill's 512 and 2,048 rows (`benchmarks.int4_h200
 #           --batches 512,2048`): bf16 cuBLAS, the engine's int4 path (the weight made
 #           dense, then cuBLAS) and `matmul_int4` over all the rows (about 3 minutes);
@@ -412,10 +413,13 @@ PY
   ;;
 patch-steps)
   : "${PATCHES:?PATCHES=the patch files}"
-  if [ -n "${TESTS:-}" ]; then
-    cuda_tests 240 cuda-tests.log "(test_cuda_int4.py or test_cuda_int4_rows.py or \
+  # With TESTS, the int4 and attention CUDA tests (-k TESTS) of the code a side runs.
+  side_tests() {
+    [ -z "${TESTS:-}" ] && return
+    cuda_tests 240 "cuda-tests-$1.log" "(test_cuda_int4.py or test_cuda_int4_rows.py or \
       test_int4_cuda.py or test_attention_kernel.py) and ($TESTS)"
-  fi
+  }
+  side_tests tree
   names=()
   # The model step as SIDE ($1) with --quantize $2, in its own process.
   step_side() {
@@ -432,6 +436,7 @@ patch-steps)
     # A missing or stale patch is named and skipped, never measured as the tree.
     if [ -f "$patch" ] && git apply "$patch"; then
       echo "patch$n is $patch"
+      side_tests "patch$n"
       step_side "patch$n" w4a16
       git apply -R "$patch"
     else

@@ -153,8 +153,7 @@ w4a16_gemv(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
             const uint4 zero = make_uint4(0x88888888u, 0x88888888u, 0x88888888u, 0x88888888u);
             w[tile][0][j] = ok0 ? __ldcs(wq + at0) : zero;
             w[tile][1][j] = ok1 ? __ldcs(wq + at1) : zero;
-            const unsigned a = streamed_scale(ws, ok0 ? at0 : 0, ok0);
-            const unsigned b = streamed_scale(ws, ok1 ? at1 : 0, ok1);
+            const unsigned a = ok0 ? ws[at0] : 0u, b = ok1 ? ws[at1] : 0u;
             sc[tile][0][j] = a | (a << 16);
             sc[tile][1][j] = b | (b << 16);
         }

@@ -17,24 +17,6 @@ __device__ __forceinline__ float bf16_float(unsigned short h) {
 
 __device__ __forceinline__ float rounded(float v) { return bf16_float(float_bf16(v)); }
 
-__device__ __forceinline__ unsigned long long evict_first_policy() {
-    unsigned long long policy;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-    return policy;
-}
-
-// Scale `at` of a weight where `ok` (else 0), read once a step like its words (`__ldcs`):
-// evict-first in L2 (L1 as before), so a step's scales, an eighth of the words' bytes,
-// do not push out of L2 what later kernels read again (the attention's keys and values).
-// The caller's `at` is valid either way: the load is unconditional, so it is predicated
-// like the plain load it replaces, not branched around.
-__device__ __forceinline__ unsigned streamed_scale(const unsigned short* ws, size_t at, bool ok) {
-    unsigned short v;
-    asm("ld.global.nc.L2::cache_hint.b16 %0, [%1], %2;"
-        : "=h"(v) : "l"(ws + at), "l"(evict_first_policy()));
-    return ok ? v : 0u;
-}
-
 __device__ __forceinline__ unsigned word_of(const uint4& v, int t) {
     return t == 0 ? v.x : t == 1 ? v.y : t == 2 ? v.z : v.w;
 }

@@ -71,8 +71,8 @@ w4a16_gemm(const uint4* __restrict__ wq, const unsigned short* __restrict__ ws,
             const bool ok_a = row_a < N_, ok_b = row_b < N_;
             wa[r][slot] = ok_a ? __ldcs(wq + (size_t)row_a * GROUPS + group) : zero;
             wb[r][slot] = ok_b ? __ldcs(wq + (size_t)row_b * GROUPS + group) : zero;
-            const unsigned a = streamed_scale(ws, (size_t)(ok_a ? row_a : 0) * GROUPS + group, ok_a);
-            const unsigned b = streamed_scale(ws, (size_t)(ok_b ? row_b : 0) * GROUPS + group, ok_b);
+            const unsigned a = ok_a ? ws[(size_t)row_a * GROUPS + group] : 0u;
+            const unsigned b = ok_b ? ws[(size_t)row_b * GROUPS + group] : 0u;
             sa[r][slot] = a | (a << 16);
             sb[r][slot] = b | (b << 16);
         }

@@ -122,11 +122,8 @@ def _int4_weights(
     scale_words = w0 + tl.arange(0, BLOCK_K // 8 // SW) * SW
     s_mask = row_ok[:, None] & (scale_words < K // 8)[None, :]
     s_offsets = rows[:, None] * (K // GROUP) + (scale_words * 8 // GROUP)[None, :]
-    # Words and scales are read once a step: evict-first in L2, so that they do not push
-    # out what later kernels read again (the attention's keys and values).
     packed = tl.load(wq_ptr + offsets, mask=mask, other=0, eviction_policy="evict_first")
-    scale = tl.load(s_ptr + s_offsets, mask=s_mask, other=0.0, eviction_policy="evict_first")
-    scale = scale.to(tl.float32)
+    scale = tl.load(s_ptr + s_offsets, mask=s_mask, other=0.0).to(tl.float32)
     packed_up = packed
     scale_up = scale
     if EPILOGUE == 1:
@@ -134,10 +131,7 @@ def _int4_weights(
         packed_up = tl.load(
             wq_ptr + up + offsets, mask=mask, other=0, eviction_policy="evict_first"
         )
-        scale_up = tl.load(
-            s_ptr + N * (K // GROUP) + s_offsets, mask=s_mask, other=0.0,
-            eviction_policy="evict_first",
-        )  # fmt: skip
+        scale_up = tl.load(s_ptr + N * (K // GROUP) + s_offsets, mask=s_mask, other=0.0)
         scale_up = scale_up.to(tl.float32)
     return packed, scale, packed_up, scale_up
 
