@@ -124,6 +124,8 @@ left() { echo $(( ${BUDGET_S:-540} - SECONDS )); }
 # seconds, logging to $OUT/$2, and says how they ended.
 CUDA_TEST_FILES=(kernels attention_kernel dependent_launch int4_cuda cuda_int4 cuda_int4_rows
   kv_cache)
+# The compiled kernels' own tests (norms, attention, dependent launch), as sweep and all run them.
+KERNEL_TESTS="test_kernels.py or test_attention_kernel.py or test_dependent_launch.py"
 cuda_tests() {
   local files=() name
   for name in "${CUDA_TEST_FILES[@]}"; do files+=("tests/engines/pytorch/test_$name.py"); done
@@ -183,8 +185,7 @@ profile_run() {
 }
 case "${1:-steps}" in
 sweep)
-  cuda_tests 100 cuda-tests.log \
-    "test_kernels.py or test_attention_kernel.py or test_dependent_launch.py"
+  cuda_tests 100 cuda-tests.log "$KERNEL_TESTS"
   timeout $(( ${SWEEP_S:-200} + 30 )) python3 -m benchmarks.int4_gemv_sweep --rows 1,8 \
     --budget-s "${SWEEP_S:-200}" --out "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
   echo "sweep exit: $? at ${SECONDS}s"; grep "^rows\|^\[" "$OUT/sweep.log"
@@ -260,8 +261,7 @@ all)
       for n in ('step-w4a16','step-w4a16-again')); print('int4 greedy tokens repeat:', a==b)"
   fi
   if [ -n "${CUDA_TESTS:-}" ] && [ "$(left)" -gt 45 ]; then
-    cuda_tests $(( $(left) - 5 )) cuda-tests.log \
-      "test_kernels.py or test_attention_kernel.py or test_dependent_launch.py"
+    cuda_tests $(( $(left) - 5 )) cuda-tests.log "$KERNEL_TESTS"
   fi
   # What comes back from the device is a few files: everything in one archive.
   (cd "$OUT" && tar czf ../int4-all.tgz . && rm -rf ./* && mv ../int4-all.tgz .)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engines.pytorch import kv_cache
 from engines.pytorch.kv_cache import (
@@ -295,22 +296,25 @@ def test_expanded_heads_attend_as_grouped_heads(heads: int, kv_heads: int, causa
     assert kv_cache._keeps_grouped_heads(q, k, v, mask, causal)  # off CUDA: as they are
 
 
+def _fused_backends() -> list[SDPBackend]:
+    """SDPA's fused kernels: inside `sdpa_kernel` of these, a call that would fall to the
+    math backend raises."""
+    return [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("causal", [False, True])
 def test_wide_grouped_heads_reach_a_fused_kernel_on_cuda(causal: bool) -> None:
     # Gemma 4's full-attention layers (8 query heads 512 wide over one KV head): `_attend`
     # runs them with the math backend turned off, so a call that would have fallen to it
     # (float32 GEMMs) raises; and it agrees with float32 attention to bf16 rounding.
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     gen = torch.Generator(device="cuda").manual_seed(5)
     q = torch.randn(1, 8, 256, 512, device="cuda", dtype=torch.bfloat16, generator=gen)
     k = torch.randn(1, 1, 256, 512, device="cuda", dtype=torch.bfloat16, generator=gen)
     v = torch.randn(1, 1, 256, 512, device="cuda", dtype=torch.bfloat16, generator=gen)
     pos = torch.arange(256, device="cuda")
     mask = None if causal else (pos[None, :] <= pos[:, None])
-    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
-    with sdpa_kernel(fused):
+    with sdpa_kernel(_fused_backends()):
         out = kv_cache._attend(q, k, v, mask, causal, 512**-0.5, None)
     exact = F.scaled_dot_product_attention(
         q.float(), k.float(), v.float(), attn_mask=mask, is_causal=causal, scale=512**-0.5,
@@ -327,15 +331,12 @@ def test_each_length_of_grouped_heads_is_asked_for_on_its_own(
     # Flash takes a square causal call with grouped heads and refuses one whose key is
     # longer than its queries: the answer for one must not be reused for the other, in
     # either order, or the second call falls to the math backend (here: raises).
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
     kv_cache._KEEPS_GROUPED.clear()
     gen = torch.Generator(device="cuda").manual_seed(7)
-    fused = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION]
     for q_len, k_len in lengths:
         q = torch.randn(1, 8, q_len, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
         k = torch.randn(1, 1, k_len, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
         v = torch.randn(1, 1, k_len, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
-        with sdpa_kernel(fused):
+        with sdpa_kernel(_fused_backends()):
             out = kv_cache._attend(q, k, v, None, True, 256**-0.5, None)
         assert out.shape == (1, 8, q_len, 256)
