@@ -6,7 +6,8 @@
 #           stepbench`, decode program, CUDA graphs, Triton kernels, uncompiled) at batch
 #           1, 8 and 64 in bf16 and with --quantize w4a16, greedy tokens and a profile;
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
-#           HTTP, 128 in / 512 out at 1, 8 and 64 requests, shipped server defaults) for
+#           HTTP, 128 in / 512 out at LEVELS requests (default 1,8,64), shipped server
+#           defaults, within TMO seconds, default 560) for
 #           bf16 and for --quantize w4a16; with PATCH, with a patch to the int4 path applied
 #           (here and wherever a server runs, a server's error lines are printed). Each
 #           cell is REPEATS measured passes (default 3; the table gives their median)
@@ -41,10 +42,15 @@
 #           model step (`engines.pytorch.stepbench`, STEP_FLAGS, int4) at BATCHES rows
 #           (default 1) after prompts of PROMPT_LEN tokens (default 512, keys as a served
 #           request's), on the tree, then with each patch of PATCHES (space-separated, each
-#           applied alone and taken back out), then on the tree again (the machine's drift)
-#           and bf16 last, each in its own process (about a minute a side); with TESTS, the
+#           applied alone and taken back out; A+B applies both), then on the tree again (the
+#           machine's drift) and bf16 last, each in its own process (about a minute a side),
+#           each side's 24 greedy tokens set against the first side's; with TESTS, the
 #           engine's int4 and attention CUDA tests (-k TESTS) on the tree first and on each
 #           patch before its step (about a minute each);
+#   tokens-repeat: the model step's 24 greedy tokens (batch 1) in two processes each, for
+#           QUANTS (default "w4a16 none") and each prompt length of PROMPT_LENS (default
+#           "128 512"), with more stepbench flags from REPEAT_FLAGS: does a second process
+#           give the same tokens? (about 30 s an int4 process, 70 a bf16 one);
 #   prefill-rows: E2B's projections at a prefill's 512 and 2,048 rows (`benchmarks.int4_h200
 #           --batches 512,2048`): bf16 cuBLAS, the engine's int4 path (the weight made
 #           dense, then cuBLAS) and `matmul_int4` over all the rows (about 3 minutes);
@@ -105,7 +111,7 @@
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
-#     steps|server|server-int4|patch-steps|prefill-rows|profile|profile-tables|swap|patch|forms|gemm|rows-ab|prefill|sweep|table|bound|chain|attention|planar|ncu|all
+#     steps|server|server-int4|patch-steps|tokens-repeat|prefill-rows|profile|profile-tables|swap|patch|forms|gemm|rows-ab|prefill|sweep|table|bound|chain|attention|planar|ncu|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
@@ -149,6 +155,7 @@ step_pair() {
 step_lines() {
   python3 - "$@" <<'PY'
 import json, sys
+first_tokens = None
 for side in sys.argv[2:]:
     try:
         d = json.load(open(f"{sys.argv[1]}-{side}.json"))
@@ -157,8 +164,11 @@ for side in sys.argv[2:]:
         continue
     print(side, "step ms (each waited / queued):", [(r["batch"], round(r["decode_step_ms_median"], 3),
           round(r.get("decode_step_ms_queued", float("nan")), 3)) for r in d["decode"]],
-          "tokens", d.get("greedy_tokens_batch1"),
+          "tokens", tokens if (tokens := d.get("greedy_tokens_batch1")) is None
+          or first_tokens is None else f"same as {sys.argv[2]}'s: {tokens == first_tokens}",
           "GB", {k: round(v / 1e9, 2) for k, v in d.items() if "bytes" in k and v})
+    if first_tokens is None:
+        first_tokens = d.get("greedy_tokens_batch1")
 PY
 }
 # Why a server under $1 did not serve: the error lines of each of its logs (a failed start
@@ -275,6 +285,22 @@ steps)
       --decode-program on --triton-gemv on --quantize "$q" \
       --check-tokens 24 --profile --out "$OUT/step-$q.json" > "$OUT/step-$q.log" 2>&1
     echo "step $q exit: $?"; tail -3 "$OUT/step-$q.log" | cut -c1-400
+  done
+  ;;
+tokens-repeat)
+  # Does the model step give the same greedy tokens in a second process? For each
+  # quantization of QUANTS and each prompt length of PROMPT_LENS, two processes' 24 tokens.
+  for q in ${QUANTS:-w4a16 none}; do
+    for len in ${PROMPT_LENS:-128 512}; do
+      for run in 1 2; do
+        # shellcheck disable=SC2086
+        timeout 120 python3 -m engines.pytorch.stepbench $STEP_FLAGS ${REPEAT_FLAGS:-} \
+          --batches 1 --steps 4 --warmup 1 --prompt-len "$len" --quantize "$q" --check-tokens 24 \
+          --out "$OUT/repeat-$q-$len-$run.json" > "$OUT/repeat-$q-$len-$run.log" 2>&1
+        echo "$q prompt $len run $run exit: $? at ${SECONDS}s"
+      done
+      step_lines "$OUT/repeat-$q-$len" 1 2
+    done
   done
   ;;
 profile)
@@ -425,7 +451,7 @@ patch-steps)
   step_side() {
     # shellcheck disable=SC2086
     timeout 150 python3 -m engines.pytorch.stepbench $STEP_FLAGS --batches "${BATCHES:-1}" \
-      --prompt-len "${PROMPT_LEN:-512}" --steps 64 --quantize "$2" \
+      --prompt-len "${PROMPT_LEN:-512}" --steps 64 --quantize "$2" --check-tokens 24 \
       --out "$OUT/steps-$1.json" > "$OUT/steps-$1.log" 2>&1
     echo "$1 exit: $? at ${SECONDS}s"
     names+=("$1")
@@ -434,14 +460,20 @@ patch-steps)
   n=0
   for patch in $PATCHES; do
     # A missing or stale patch is named and skipped, never measured as the tree.
-    if [ -f "$patch" ] && git apply "$patch"; then
+    IFS=+ read -ra parts <<< "$patch"
+    applied=()
+    for part in "${parts[@]}"; do
+      [ -f "$part" ] && git apply "$part" || break
+      applied=("$part" "${applied[@]}")
+    done
+    if [ "${#applied[@]}" -eq "${#parts[@]}" ]; then
       echo "patch$n is $patch"
       side_tests "patch$n"
       step_side "patch$n" w4a16
-      git apply -R "$patch"
     else
       echo "patch$n: $patch is not a patch that applies here; skipped"
     fi
+    for part in "${applied[@]}"; do git apply -R "$part"; done
     n=$((n + 1))
   done
   step_side tree-again w4a16
@@ -481,7 +513,7 @@ server)
   SKIP=generate,step_rowwise_eager,step_batched_eager,step_batched_graphs_unfused
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
   timeout ${TMO:-560} python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
-    --levels 1,8,64 --repeats ${REPEATS:-3} --budget-s 540 \
+    --levels "${LEVELS:-1,8,64}" --repeats ${REPEATS:-3} --budget-s $(( ${TMO:-560} - 20 )) \
     --server-variant int4="--quantize w4a16 ${INT4_FLAGS:-}" > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
   if [ -n "${PATCH:-}" ]; then git apply -R "$PATCH"; fi
