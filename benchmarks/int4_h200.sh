@@ -7,8 +7,10 @@
 #           1, 8 and 64 in bf16 and with --quantize w4a16, greedy tokens and a profile;
 #   server: `benchmarks.pytorch_engine_h200`'s server sweep (the project's own sweep over
 #           HTTP, 128 in / 512 out at LEVELS requests (default 1,8,64), shipped server
-#           defaults, within TMO seconds, default 560) for
-#           bf16 and for --quantize w4a16; with PATCH, with a patch to the int4 path applied
+#           defaults, within TMO seconds, default 560) for bf16 and for --quantize w4a16,
+#           each server's greedy text first (does it repeat within the run? with GREEDY_REF,
+#           an earlier run's result.json: is it the same as there?); with PATCH, with a
+#           patch to the int4 path applied
 #           (here and wherever a server runs, a server's error lines are printed). Each
 #           cell is REPEATS measured passes (default 3; the table gives their median)
 #           after a warm-up: one pass at 64 requests moved int4 against bf16 by 4% from
@@ -514,12 +516,14 @@ server)
   SKIP=$SKIP,step_batched_graphs,step_program_graphs,step_program_graphs_gemv
   timeout ${TMO:-560} python3 -m benchmarks.pytorch_engine_h200 "$OUT/eng" --skip "$SKIP" \
     --levels "${LEVELS:-1,8,64}" --repeats ${REPEATS:-3} --budget-s $(( ${TMO:-560} - 20 )) \
-    --server-variant int4="--quantize w4a16 ${INT4_FLAGS:-}" > "$OUT/bench.log" 2>&1
+    --server-variant int4="--quantize w4a16 ${INT4_FLAGS:-}" \
+    ${GREEDY_REF:+--greedy-reference "$GREEDY_REF"} > "$OUT/bench.log" 2>&1
   echo "benchmark exit: $?"
   if [ -n "${PATCH:-}" ]; then git apply -R "$PATCH"; fi
   grep "^|\|ERROR" "$OUT/bench.log"
   server_errors "$OUT/eng"
-  rm -f "$OUT"/eng/sweep*/requests.jsonl "$OUT"/eng/sweep*/vllm_bench_serve.jsonl
+  rm -f "$OUT"/eng/sweep*/requests.jsonl "$OUT"/eng/sweep*/vllm_bench_serve.jsonl \
+    "$OUT"/eng/probe*/requests.jsonl
   rm -f "$OUT"/eng/sweep*/summary.json
   ;;
 esac

@@ -17,7 +17,9 @@ Sections, each recorded even if a later one fails (`result.json` is rewritten af
 4. decode through the HTTP server: `python -m engines.pytorch` under the supervisor,
    measured with the project's own sweep (`agent.loadgen.sweep.run_sweep`) at 1, 8 and 64
    concurrent requests of 128 prompt and 512 output tokens, with the server's own decode
-   step time and batch size per cell from its /metrics;
+   step time and batch size per cell from its /metrics; before the sweep, the server's
+   greedy text (`agent.loadgen.probe`, each prompt twice, 64 tokens): does it repeat
+   within the run, and (`--greedy-reference`, an earlier run's result.json) across runs;
 5. optional (`--compile-mode`): the decode program with each kind of layer
    torch.compile'd and the Triton GEMV (the server's CUDA default), inside the CUDA
    graphs, at `--compile-batches` (default 1), in a subprocess with a time limit; and
@@ -53,11 +55,12 @@ import torch
 
 from agent.jobfolder import JobFolder
 from agent.loadgen.client import OpenAIClient
+from agent.loadgen.probe import run_probe
 from agent.loadgen.sweep import run_sweep
 from agent.supervisor import EngineServer, free_port
 from benchmarks.pytorch_engine_table import table
 from contract.results import CellResult
-from contract.suite import RequestSettings, Shape, SweepSettings
+from contract.suite import ProbeSettings, RequestSettings, Shape, SweepSettings
 from engines.pytorch.config import build_parser
 from engines.pytorch.model import LoadedModel, load_model
 from engines.pytorch.runner import ModelRunner
@@ -74,6 +77,10 @@ log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BATCHES = (1, 8, 64)
 PROMPT_LEN = 128
+# Each server's greedy text, before its sweep: does it repeat within the run (each of the
+# probe's prompts twice), and its digest, to set against another run's (issue 18's target:
+# greedy text repeating across runs).
+GREEDY_PROBE = ProbeSettings(output_tokens=64, repeats=2, at_once=2)
 
 
 class Recorder:
@@ -303,6 +310,15 @@ def server_sweep(
 
         async def sweep() -> None:
             async with OpenAIClient(base_url, settings=request, max_connections=64) as client:
+                # Greedy text first: the project's probe, short (each prompt twice).
+                probe = await run_probe(client, GREEDY_PROBE, JobFolder(out / f"probe{tag}"))
+                result["greedy"] = {
+                    "prompts": len(probe.prompts),
+                    "repeat_identical": probe.repeat_identical,
+                    "requests_failed": probe.requests_failed,
+                    "texts_sha256": probe.texts_sha256,
+                }
+                marks[0] = scrape(base_url)
                 writer = JobFolder(out / f"sweep{tag}")
                 await run_sweep(client, settings, writer, on_cell=on_cell)
 
@@ -406,6 +422,21 @@ def in_process(rec: Recorder, args: argparse.Namespace, skip: set[str]) -> None:
         )
 
 
+def compare_greedy(data: dict[str, Any], reference: Path) -> dict[str, bool | None]:
+    """Each server section's greedy digest against the same section's in `reference` (None
+    where either has none: a failed request, or text that did not repeat within a run)."""
+    earlier = json.loads(reference.read_text())["sections"]
+    same: dict[str, bool | None] = {}
+    for name, section in data["sections"].items():
+        greedy = (section or {}).get("greedy") if isinstance(section, dict) else None
+        if greedy is None:
+            continue
+        ours = greedy["texts_sha256"]
+        theirs = ((earlier.get(name) or {}).get("greedy") or {}).get("texts_sha256")
+        greedy["same_as_reference"] = same[name] = ours == theirs if ours and theirs else None
+    return same
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(prog="python -m benchmarks.pytorch_engine_h200")
@@ -429,6 +460,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="NAME=FLAGS: the compiled step (default mode) with these stepbench flags, e.g. "
         "pdl='--pdl on'; run before the server",
+    )
+    p.add_argument(
+        "--greedy-reference",
+        type=Path,
+        help="an earlier run's result.json: does each server write the same greedy text as "
+        "the server of the same name there?",
     )
     p.add_argument("--skip", default="", help="comma-separated sections to skip")
     p.add_argument("--compile-mode", action="append", default=[], help="torch.compile modes")
@@ -508,6 +545,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ),
         )
         server_s = max(server_s, rec.elapsed() - started)
+    if args.greedy_reference:
+        rec.run("greedy_reference", lambda: compare_greedy(rec.data, args.greedy_reference))
     rec.data["total_s"] = rec.elapsed()
     rec.data["table"] = table(rec.data)
     rec.save()

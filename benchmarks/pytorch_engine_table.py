@@ -1,6 +1,6 @@
 """The table `benchmarks.pytorch_engine_h200` prints last: one row per measure of its
 `result.json` sections (roofline, `generate()`, the model step by mode, the server sweep,
-and the targets), each cell `n/a` where a section did not run or failed.
+each server's greedy text, and the targets), each cell `n/a` where a section did not run or failed.
 """
 
 from __future__ import annotations
@@ -29,6 +29,19 @@ def _server_cell(c: dict[str, Any], ttft: bool = False) -> str:
         f"{_fmt(c.get('server_decode_device_ms_mean'), '.2f')} ms, idle between steps "
         f"{_fmt(c.get('server_decode_device_idle_ms_mean'), '.3f')} ms)"
     )
+
+
+def _greedy_cell(g: dict[str, Any]) -> str:
+    """A server's greedy text: repeated within the run, and against a reference run."""
+    digest = g["texts_sha256"]
+    text = f"{g['repeat_identical']}/{g['prompts']} prompts repeat within the run"
+    if g["requests_failed"]:
+        text += f", {g['requests_failed']} requests failed"
+    text += f"; texts {digest[:12]}" if digest else "; no digest"
+    if "same_as_reference" in g:
+        verdicts = {True: "same", False: "differs", None: "nothing to compare"}
+        text += ", reference run: " + verdicts[g["same_as_reference"]]
+    return text
 
 
 def table(data: dict[str, Any]) -> str:
@@ -124,6 +137,10 @@ def table(data: dict[str, Any]) -> str:
         lines.append(
             f"| server, {level} concurrent ({server.get('shape')}) | {_server_cell(c, ttft=True)} |"
         )
+    for name, section in s.items():
+        greedy = section.get("greedy") if name.startswith("server") and section else None
+        if greedy:
+            lines.append(f"| greedy text, {name} | {_greedy_cell(greedy)} |")
     b1 = (cells.get("1") or {}).get("aggregate_output_tok_s_median")
     # Decode alone (1 / TPOT, no prefill), which is what the weight-streaming roofline bounds.
     b1_decode = (cells.get("1") or {}).get("per_request_decode_tok_s")

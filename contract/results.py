@@ -319,6 +319,11 @@ class ProbeSummary(_Record):
     at_once_aggregate_tok_s: float | None
     at_once_x_one: float | None = Field(description="at-once aggregate / one-request e2e tok/s")
     repeat_identical: int = Field(description="prompts whose text repeated byte for byte")
+    texts_sha256: str | None = Field(
+        None,
+        description="sha256 of the prompts' greedy texts in prompt order, where every prompt's "
+        "text repeated: two runs with the same digest wrote the same text",
+    )
     requests_failed: int
     errors: list[str] = Field(default_factory=list)
     spec_draft_tokens: int | None = Field(

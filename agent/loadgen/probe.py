@@ -2,7 +2,8 @@
 
 Six fixed chat prompts, each sent alone `repeats` times with `output_tokens` forced; per
 prompt the median, across prompts the geometric mean; "repeat" counts prompts whose greedy
-text is byte-identical across repeats; then `at_once` requests together and their aggregate
+text is byte-identical across repeats, and where all are, a digest of the texts says whether
+another run wrote the same; then `at_once` requests together and their aggregate
 over the one-request rate. The summary is rewritten (unfinished) after each request, so an
 interrupted probe can be resumed: its finished requests are kept and only the rest are sent
 (the at-once batch only as a whole, since its figure is their aggregate).
@@ -11,6 +12,7 @@ interrupted probe can be resumed: its finished requests are kept and only the re
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -138,6 +140,10 @@ async def run_probe(
     return final
 
 
+def _digest(text_digests: list[str | None]) -> str:
+    return hashlib.sha256(" ".join(map(str, text_digests)).encode()).hexdigest()
+
+
 def summarise_probe(
     records: dict[int, list[RequestRecord]],
     at_once: list[RequestRecord],
@@ -170,6 +176,8 @@ def summarise_probe(
                 repeat_identical=len(ok) == len(runs) and len(texts) == 1,
             )
         )
+    repeated = bool(prompts) and all(p.repeat_identical for p in prompts)
+    digests = [runs[0].text_sha256 for _, runs in sorted(records.items())]
     e2e = metrics.geometric_mean(p.e2e_tok_s_median for p in prompts if p.e2e_tok_s_median)
     together = metrics.window_stats(at_once, repeat=0, mode="burst", concurrency=len(at_once))
     every = [r for runs in records.values() for r in runs]
@@ -194,6 +202,7 @@ def summarise_probe(
         at_once_aggregate_tok_s=aggregate,
         at_once_x_one=(aggregate / e2e) if aggregate and e2e else None,
         repeat_identical=sum(1 for p in prompts if p.repeat_identical),
+        texts_sha256=_digest(digests) if repeated and None not in digests else None,
         requests_failed=len(failed),
         errors=errors,
         spec_draft_tokens=sum(r.draft_tokens or 0 for r in drafted) if drafted else None,

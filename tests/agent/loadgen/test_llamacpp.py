@@ -27,13 +27,16 @@ def test_probe_on_llamacpp_forces_length_and_repeats_greedy_text(
 ):
     settings = ProbeSettings(output_tokens=32, repeats=2, at_once=4, request=REQUEST)
 
-    async def go():
+    async def go(folder: Path):
         async with OpenAIClient(llama_server_url, settings=REQUEST, max_connections=4) as c:
-            return await run_probe(c, settings, JobFolder(tmp_path))
+            return await run_probe(c, settings, JobFolder(folder))
 
-    summary = asyncio.run(go())
+    summary = asyncio.run(go(tmp_path))
     assert summary.requests_failed == 0, summary.errors
     assert summary.repeat_identical == 6
+    # A second run writes the same greedy text: the same digest.
+    again = asyncio.run(go(tmp_path / "again"))
+    assert summary.texts_sha256 and again.texts_sha256 == summary.texts_sha256
     assert summary.e2e_tok_s and summary.ttft_ms and summary.at_once_aggregate_tok_s
     records = [
         RequestRecord.model_validate_json(line)
