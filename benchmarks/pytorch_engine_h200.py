@@ -428,7 +428,7 @@ def compare_greedy(data: dict[str, Any], reference: Path) -> dict[str, bool | No
     earlier = json.loads(reference.read_text())["sections"]
     same: dict[str, bool | None] = {}
     for name, section in data["sections"].items():
-        greedy = (section or {}).get("greedy") if isinstance(section, dict) else None
+        greedy = section.get("greedy") if isinstance(section, dict) else None
         if greedy is None:
             continue
         ours = greedy["texts_sha256"]

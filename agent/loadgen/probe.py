@@ -176,7 +176,9 @@ def summarise_probe(
                 repeat_identical=len(ok) == len(runs) and len(texts) == 1,
             )
         )
-    repeated = bool(prompts) and all(p.repeat_identical for p in prompts)
+    # A digest only of a whole probe: every prompt sent, every text repeated.
+    whole = finished and len(prompts) == len(PROBE_PROMPTS)
+    repeated = whole and all(p.repeat_identical for p in prompts)
     digests = [runs[0].text_sha256 for _, runs in sorted(records.items())]
     e2e = metrics.geometric_mean(p.e2e_tok_s_median for p in prompts if p.e2e_tok_s_median)
     together = metrics.window_stats(at_once, repeat=0, mode="burst", concurrency=len(at_once))
