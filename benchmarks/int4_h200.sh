@@ -46,13 +46,15 @@
 #           request's), on the tree, then with each patch of PATCHES (space-separated, each
 #           applied alone and taken back out; A+B applies both), then on the tree again (the
 #           machine's drift) and bf16 last, each in its own process (about a minute a side),
-#           each side's 24 greedy tokens set against the first side's; with TESTS, the
-#           engine's int4 and attention CUDA tests (-k TESTS) on the tree first and on each
-#           patch before its step (about a minute each);
+#           each side's 24 greedy tokens and their logits set against the first side's; with
+#           TESTS, the engine's int4 and attention CUDA tests (-k TESTS) on the tree first
+#           and on each patch before its step (about a minute each);
 #   tokens-repeat: the model step's 24 greedy tokens (batch 1) in two processes each, for
 #           QUANTS (default "w4a16 none") and each prompt length of PROMPT_LENS (default
 #           "128 512"), with more stepbench flags from REPEAT_FLAGS: does a second process
-#           give the same tokens? (about 30 s an int4 process, 70 a bf16 one);
+#           give the same tokens, and where not, at which token did the logits first differ
+#           to the bit (0: the prefill's) and how near a tie was it there? (about 30 s an
+#           int4 process, 70 a bf16 one);
 #   prefill-rows: E2B's projections at a prefill's 512 and 2,048 rows (`benchmarks.int4_h200
 #           --batches 512,2048`): bf16 cuBLAS, the engine's int4 path (the weight made
 #           dense, then cuBLAS) and `matmul_int4` over all the rows (about 3 minutes);
@@ -157,20 +159,28 @@ step_pair() {
 step_lines() {
   python3 - "$@" <<'PY'
 import json, sys
-first_tokens = None
+first = None
 for side in sys.argv[2:]:
     try:
         d = json.load(open(f"{sys.argv[1]}-{side}.json"))
     except (OSError, ValueError) as e:
         print(side, "no result:", e)
         continue
+    tokens = d.get("greedy_tokens_batch1")
+    digests, gaps = d.get("greedy_logits_sha256_batch1"), d.get("greedy_top_gap_batch1")
+    said = tokens
+    if tokens is not None and first is not None:
+        said = f"same as {sys.argv[2]}'s: {tokens == first[0]}"
+        if digests and first[1]:
+            # The first token whose logits differ to the bit, and how near a tie it was.
+            parted = next((i for i, (a, b) in enumerate(zip(digests, first[1])) if a != b), None)
+            said += (", logits equal to the bit" if parted is None else
+                     f", logits first differ at token {parted} (top gap {first[2][parted]:.3g})")
     print(side, "step ms (each waited / queued):", [(r["batch"], round(r["decode_step_ms_median"], 3),
           round(r.get("decode_step_ms_queued", float("nan")), 3)) for r in d["decode"]],
-          "tokens", tokens if (tokens := d.get("greedy_tokens_batch1")) is None
-          or first_tokens is None else f"same as {sys.argv[2]}'s: {tokens == first_tokens}",
-          "GB", {k: round(v / 1e9, 2) for k, v in d.items() if "bytes" in k and v})
-    if first_tokens is None:
-        first_tokens = d.get("greedy_tokens_batch1")
+          "tokens", said, "GB", {k: round(v / 1e9, 2) for k, v in d.items() if "bytes" in k and v})
+    if first is None and tokens is not None:
+        first = (tokens, digests, gaps)
 PY
 }
 # Why a server under $1 did not serve: the error lines of each of its logs (a failed start

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import json
 import logging
 import statistics
@@ -142,9 +143,7 @@ def decode_times(
     }
 
 
-def _profiled(
-    fn: Callable[[], object], device: torch.device, top_n: int
-) -> dict[str, Any]:
+def _profiled(fn: Callable[[], object], device: torch.device, top_n: int) -> dict[str, Any]:
     """`fn` (already warm) timed unprofiled (median of 5), then once under torch.profiler:
     device time against the wall time, host time, and the top kernels and host ops."""
     from torch.profiler import ProfilerActivity, profile
@@ -197,9 +196,7 @@ def profile_decode(
     runner.cache.ensure_capacity(prompt_len + 41)
     for _ in range(2):  # warm: a graph for this shape is captured here, not profiled
         runner.decode(slots, [5] * batch, positions)
-    profiled = _profiled(
-        lambda: runner.decode(slots, [5] * batch, positions), runner.device, top_n
-    )
+    profiled = _profiled(lambda: runner.decode(slots, [5] * batch, positions), runner.device, top_n)
     return {"batch": batch, "step_wall_ms": profiled.pop("wall_ms"), **profiled}
 
 
@@ -220,16 +217,29 @@ def profile_prefill(
     return {"prompts": prompts, "prompt_len": prompt_len, **profiled}
 
 
-def greedy_tokens(runner: ModelRunner, prompt_len: int, count: int) -> list[int]:
+def greedy_trace(runner: ModelRunner, prompt_len: int, count: int) -> dict[str, list[Any]]:
     """Greedy continuation of a fixed prompt in slot 0: variants of the same step (kernels,
-    launch modes) must agree on it."""
+    launch modes) must agree on it. With each token, a digest of its logits (to the bit)
+    and the gap between the two largest: where two runs' tokens part, the first digest that
+    differs says which step's sums differed first (0: the prefill's), and the gap there
+    whether a near tie flipped."""
     prompt = [(11 * i) % 200 + 1 for i in range(prompt_len)]
-    token = int(runner.prefill(0, prompt).argmax())
-    tokens = [token]
+    tokens: list[int] = []
+    digests: list[str] = []
+    gaps: list[float] = []
+
+    def take(logits: torch.Tensor) -> int:
+        row = logits.reshape(-1).float().cpu()  # bf16 to float32 is exact
+        top = torch.topk(row, 2).values
+        digests.append(hashlib.sha256(row.numpy().tobytes()).hexdigest()[:16])
+        gaps.append(float(top[0] - top[1]))
+        tokens.append(int(row.argmax()))
+        return tokens[-1]
+
+    token = take(runner.prefill(0, prompt))
     for k in range(count - 1):
-        token = int(runner.decode([0], [token], [prompt_len + k])[0].argmax())
-        tokens.append(token)
-    return tokens
+        token = take(runner.decode([0], [token], [prompt_len + k])[0])
+    return {"tokens": tokens, "logits_sha256": digests, "top_gap": gaps}
 
 
 def generate_baseline(loaded: LoadedModel, prompt_len: int, new_tokens: int) -> dict[str, Any]:
@@ -282,9 +292,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         default="off",
         help="batch-1 projections of the decode program through the Triton kernel",
     )
-    p.add_argument(
-        "--attention-form", choices=ATTENTION_FORMS, default=EngineConfig.attention_form
-    )
+    p.add_argument("--attention-form", choices=ATTENTION_FORMS, default=EngineConfig.attention_form)
     p.add_argument(
         "--gemv-fusion",
         choices=("prologue", "epilogue"),
@@ -390,12 +398,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.profile:
         result["profiles"] = [profile_decode(runner, b, args.prompt_len) for b in batches]
     if args.profile_prefill:
-        result["prefill_profile"] = profile_prefill(
-            runner, args.profile_prefill, args.prompt_len
-        )
+        result["prefill_profile"] = profile_prefill(runner, args.profile_prefill, args.prompt_len)
     result["gemv_configs"] = kernels.tuned_configs()
     if args.check_tokens:
-        result["greedy_tokens_batch1"] = greedy_tokens(runner, args.prompt_len, args.check_tokens)
+        greedy = greedy_trace(runner, args.prompt_len, args.check_tokens)
+        result["greedy_tokens_batch1"] = greedy["tokens"]
+        result["greedy_logits_sha256_batch1"] = greedy["logits_sha256"]
+        result["greedy_top_gap_batch1"] = greedy["top_gap"]
     if args.generate_tokens:
         result["generate_batch1"] = generate_baseline(loaded, args.prompt_len, args.generate_tokens)
     text = json.dumps(result, indent=2)

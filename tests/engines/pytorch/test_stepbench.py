@@ -59,3 +59,15 @@ def test_stepbench_batched_decode_on_tiny() -> None:
     )
     assert result["decode_attention"] == "batched"
     assert all(r["decode_tok_s"] > 0 for r in result["decode"])
+
+
+def test_greedy_trace_gives_each_token_its_logits_digest_and_top_gap() -> None:
+    argv = ["--model", "random:tiny-gemma4", "--device", "cpu", "--batches", "1", "--steps", "1",
+            "--warmup", "1", "--prompt-len", "12", "--check-tokens", "5"]  # fmt: skip
+    first, second = main(argv), main(argv)
+    assert len(first["greedy_tokens_batch1"]) == 5
+    assert len(set(first["greedy_logits_sha256_batch1"])) == 5
+    assert all(gap >= 0 for gap in first["greedy_top_gap_batch1"])
+    # The same model and step on the CPU: the same logits, to the bit.
+    keys = ("greedy_tokens_batch1", "greedy_logits_sha256_batch1", "greedy_top_gap_batch1")
+    assert all(first[k] == second[k] for k in keys)
