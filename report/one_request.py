@@ -96,6 +96,7 @@ def probe_rows(arms: Sequence[ArmResults], baseline: ArmResults | None) -> list[
                 ready_s=record.ready_s if record else None,
                 repeat_identical=summary.repeat_identical,
                 prompts=len(summary.prompts),
+                texts_sha256=summary.texts_sha256,
                 requests_ok=measured + summary.settings.at_once - summary.requests_failed,
                 requests_failed=summary.requests_failed,
             )

@@ -99,6 +99,7 @@ class ProbeRow:
     ready_s: float | None = None
     repeat_identical: int | None = None
     prompts: int | None = None
+    texts_sha256: str | None = None  # the probe's digest of its greedy texts
     requests_ok: int = 0
     requests_failed: int = 0
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from report.rows import (
     AccuracyRow,
     DrafterRow,
+    ProbeRow,
     Report,
     Spread,
     SweepGrid,
@@ -93,6 +94,20 @@ def _status(status: str, reason: str | None) -> str:
     return f"{status}: {reason}" if reason else status
 
 
+def _same_text_notes(rows: Sequence[ProbeRow]) -> list[str]:
+    """Arms whose probe wrote the same greedy text, byte for byte: an arm with a drafter
+    beside its own without one, say, or one engine on two GPUs."""
+    by_text: dict[str, list[str]] = {}
+    for r in rows:
+        if r.texts_sha256:
+            by_text.setdefault(r.texts_sha256, []).append(r.label)
+    groups = [labels for labels in by_text.values() if len(labels) > 1]
+    if not groups:
+        return []
+    same = "; ".join(" = ".join(labels) for labels in groups)
+    return [f"The same greedy text in every prompt, byte for byte: {same}."]
+
+
 def probe_table(report: Report) -> Table:
     rows = []
     for r in report.probe:
@@ -148,6 +163,7 @@ def probe_table(report: Report) -> Table:
             "geometric mean, min–max; n: requests. "
             f"{NOT_A_DIFFERENCE}: the ratio is within the run-to-run spread, not a difference."
         ),
+        notes=_same_text_notes(report.probe),
         align_left=1,
     )
 

@@ -93,6 +93,14 @@ PROBE = {
     ("g6", "vllm-d4"): (275.0, (1.0, 0.99, 1.01)),
     ("t4spot", "llama"): (105.0, (1.0, 0.99, 1.01)),
 }
+# The probe's digest of its greedy texts: a drafter keeps its arm's text; the T4 differs.
+PROBE_TEXTS = {
+    ("g6", "llama"): "1" * 64,
+    ("g6", "llama-d2"): "1" * 64,
+    ("g6", "vllm"): "2" * 64,
+    ("g6", "vllm-d4"): "2" * 64,
+    ("t4spot", "llama"): "3" * 64,
+}
 MEMORY_MIB = {"llama": 2930.0, "llama-d2": 3004.0, "vllm": 18228.0, "vllm-d4": 18918.0}
 MEMORY_MIB |= {"sglang": 18345.0}
 READY_S = {"llama": 6.1, "llama-d2": 4.1, "vllm": 167.3, "vllm-d4": 132.5, "sglang": 307.2}
@@ -429,6 +437,7 @@ def _probe(shard: _Shard, arm: str, served: EngineServed, out: Handmade, label: 
         at_once_aggregate_tok_s=e2e * AT_ONCE_X,
         at_once_x_one=AT_ONCE_X,
         repeat_identical=6,
+        texts_sha256=PROBE_TEXTS[(shard.name, arm)],
         requests_failed=0,
     )
     (folder / "summary.json").write_text(summary.model_dump_json(indent=2))

@@ -90,6 +90,10 @@ def test_the_one_request_table_matches_the_probe_inputs(
     # vLLM's noisy repeats make its 1.037x no difference; the drafters' ratios are.
     assert cell(t, "vllm", "x llama@g6").endswith("≈")
     assert not cell(t, "llama-d2", "x llama@g6").endswith("≈")
+    # Each drafter wrote its arm's greedy text; the T4's differs from the G6's.
+    assert t.notes == [
+        "The same greedy text in every prompt, byte for byte: llama@g6 = llama-d2; vllm = vllm-d4."
+    ]
     # Never dropped: the failed probe and the arm that never ran.
     assert cell(t, "sglang", "e2e tok/s") == (
         "failed: RuntimeError: no probe request succeeded: HTTP 500"
