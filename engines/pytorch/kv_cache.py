@@ -385,12 +385,17 @@ def _heads_expanded(
     return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
 
 
-# (device, dtype, heads, KV heads, widths, lengths, mask dtype, causal) ->
-# `_keeps_grouped_heads`. The lengths belong in the key: a fused kernel may take a square
-# causal call and not a longer key's (flash refuses causal calls whose lengths differ).
+# (device, dtype, each tensor's shape and strides, the mask's too, causal) ->
+# `_keeps_grouped_heads`: what torch's `can_use_*` checks read. The lengths matter: a fused
+# kernel may take a square causal call and not a longer key's (flash refuses causal calls
+# whose lengths differ); so do the strides (a fused kernel wants each row contiguous).
 _KEEPS_GROUPED: dict[tuple[object, ...], bool] = {}
 # A server meets a few lengths a prompt; past this many answers the cache starts over.
 _KEEPS_GROUPED_MAX = 4096
+
+
+def _layout(t: torch.Tensor | None) -> tuple[object, ...] | None:
+    return None if t is None else (t.dtype, tuple(t.shape), t.stride())
 
 
 def _keeps_grouped_heads(
@@ -409,8 +414,7 @@ def _keeps_grouped_heads(
     so a torch whose fused kernels take the grouped call keeps it grouped."""
     if q.device.type != "cuda" or k.shape[1] == q.shape[1]:
         return True
-    key = (q.device, q.dtype, q.shape[1], k.shape[1], q.shape[-1], v.shape[-1], q.shape[2],
-           k.shape[2], None if mask is None else mask.dtype, is_causal)  # fmt: skip
+    key = (q.device, q.dtype, *(_layout(t) for t in (q, k, v, mask)), is_causal)
     keeps = _KEEPS_GROUPED.get(key)
     if keeps is None:
         from torch.backends import cuda as backends
