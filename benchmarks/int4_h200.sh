@@ -113,12 +113,22 @@
 # "--attention-form kernel").
 # Wheels for what the machine lacks are carried in ./.whl (`benchmarks/device_wheels.sh`);
 # the CUDA tests also need gguf's (tests/conftest.py imports it; the image has none).
+# A device call brings back at most 8 files from $OUT, none more than 2 folders down: where
+# more were written, or deeper, all of $OUT goes into one tarball, $OUT/all.tgz, on exit.
 #
 #   OUT=/path/to/out bash benchmarks/int4_h200.sh \
 #     steps|server|server-int4|patch-steps|tokens-repeat|prefill-rows|profile|profile-tables|swap|patch|forms|gemm|rows-ab|prefill|sweep|table|bound|chain|attention|planar|ncu|all
 set -uo pipefail
 OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
+pack_out() {
+  if [ "$(find "$OUT" -type f | wc -l)" -le 8 ] && ! find "$OUT" -mindepth 4 -type f | grep -q .
+  then return; fi
+  local packed
+  packed=$(mktemp --suffix .tgz) && tar czf "$packed" -C "$OUT" . &&
+    find "$OUT" -mindepth 1 -delete && mv "$packed" "$OUT/all.tgz"
+}
+trap pack_out EXIT
 if compgen -G ".whl/*.whl" > /dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl > /dev/null 2>&1
