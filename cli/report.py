@@ -15,7 +15,14 @@ from rich.console import Console
 
 from cli.standalone_report import standalone_view
 from report.console import to_rich
-from report.diff import Gate, diff_reports, diff_rows, diff_table, parse_gate
+from report.diff import (
+    Gate,
+    diff_reports,
+    diff_rows,
+    diff_table,
+    greedy_text_lines,
+    parse_gate,
+)
 from report.prices import DEFAULT_TABLE, PriceError, choose_prices
 from report.rows import Slo
 from report.tables import probe_table
@@ -73,6 +80,8 @@ def run_diff(args: argparse.Namespace) -> int:
         console.print(to_rich(diff_table(rows, gate)))
     for line in only:
         console.print(line, style="dim", markup=False)
+    for line in greedy_text_lines(old, new):
+        console.print(line, markup=False)
     failing = [(r, g) for g in gates for r in rows if r.regressed(g)]
     for row, gate in failing:
         console.print(

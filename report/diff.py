@@ -7,7 +7,8 @@ ratio is within the larger run-to-run spread of the two (the report's rule,
 (exit status 1) when a shared cell's metric moved past the threshold in its direction
 (-5%: fell by more than 5%; +10%: rose by more than 10%) and beyond the spread; where no
 spread is known (one repeat, or a latency percentile) the threshold alone decides, and the
-row says so. Partial and failed cells are listed, never gated on.
+row says so. Partial and failed cells are listed, never gated on. For each arm whose probe
+both ran, a line says whether its greedy text was the same, byte for byte.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ from report.prices import PriceBook
 from report.rows import Report, beyond_spread
 from report.tables import NOT_A_DIFFERENCE, Table, fmt
 
-__all__ = ["METRICS", "DiffRow", "Gate", "diff_rows", "diff_table", "parse_gate"]
+__all__ = [
+    "METRICS",
+    "DiffRow",
+    "Gate",
+    "diff_rows",
+    "diff_table",
+    "greedy_text_lines",
+    "parse_gate",
+]
 
 # Metrics a gate may name: (what a sweep cell calls it, what the one-request row calls it).
 METRICS: dict[str, tuple[str, str | None]] = {
@@ -136,6 +145,23 @@ def diff_rows(old: Report, new: Report) -> tuple[list[DiffRow], list[str]]:
     only = [f"only in OLD: {a} {c}" for a, c in before if (a, c) not in after]
     only += [f"only in NEW: {a} {c}" for a, c in after if (a, c) not in before]
     return rows, only
+
+
+def greedy_text_lines(old: Report, new: Report) -> list[str]:
+    """For each arm whose probe both sides ran: did it write the same greedy text in NEW
+    as in OLD (the probe's `texts_sha256`)?"""
+    before = {p.label: p.texts_sha256 for p in old.probe if p.e2e_tok_s is not None}
+    lines = []
+    for p in new.probe:
+        if p.label not in before or p.e2e_tok_s is None:
+            continue
+        was, now = before[p.label], p.texts_sha256
+        if was and now:
+            verdict = "the same" if was == now else "DIFFERENT"
+        else:
+            verdict = "not compared (a side lost requests or its text did not repeat)"
+        lines.append(f"greedy text of {p.label}'s probe, OLD against NEW: {verdict}")
+    return lines
 
 
 def _ratio_text(row: DiffRow, metric: str) -> str:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.results import SweepSummary
+from contract.results import ProbeSummary, SweepSummary
 from report.prices import choose_prices
 from report.write import Written, write_report
 from tests.report.handmade import (
@@ -208,6 +208,22 @@ def test_bench_diff_gates_on_a_regression_beyond_the_spread(
         assert "REGRESSION" in result.stdout
     if factor == 0.97:
         assert "0.970 ≈" in result.stdout  # -3% is past -2%, but inside the 5% spread
+    # The probes were copied: each arm wrote the same greedy text.
+    assert "greedy text of llama's probe, OLD against NEW: the same" in result.stdout
+    assert "mistralrs's probe" not in result.stdout  # it ran on neither side
+
+
+def test_bench_diff_says_where_an_arms_greedy_text_changed(handmade: Handmade, tmp_path: Path):
+    new = tmp_path / "new"
+    shutil.copytree(handmade.shard_dirs["g6"], new)
+    path = new / "jobs" / "vllm-probe" / "summary.json"
+    summary = ProbeSummary.model_validate_json(path.read_bytes())
+    path.write_text(summary.model_copy(update={"texts_sha256": "9" * 64}).model_dump_json())
+    result = _bench("diff", str(handmade.shard_dirs["g6"]), str(new))
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = " ".join(result.stdout.split())  # rich may wrap a long line
+    assert "greedy text of vllm's probe, OLD against NEW: DIFFERENT" in out
+    assert "greedy text of vllm-d4's probe, OLD against NEW: the same" in out
 
 
 def test_bench_diff_bad_gate_is_one_line_with_status_2(handmade: Handmade):
