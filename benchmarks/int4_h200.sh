@@ -289,14 +289,11 @@ all)
       --steps 4 --warmup 1 --quantize w4a16 --check-tokens 24 --out "$OUT/step-w4a16-again.json" \
       > "$OUT/step-again.log" 2>&1
     echo "second int4 greedy run exit: $? at ${SECONDS}s"
-    python3 -c "import json,sys; a,b=(json.load(open(f'$OUT/{n}.json'))['greedy_tokens_batch1'] \
-      for n in ('step-w4a16','step-w4a16-again')); print('int4 greedy tokens repeat:', a==b)"
+    step_lines "$OUT/step" w4a16 w4a16-again
   fi
   if [ -n "${CUDA_TESTS:-}" ] && [ "$(left)" -gt 45 ]; then
     cuda_tests $(( $(left) - 5 )) cuda-tests.log "$KERNEL_TESTS"
   fi
-  # What comes back from the device is a few files: everything in one archive.
-  (cd "$OUT" && tar czf ../int4-all.tgz . && rm -rf ./* && mv ../int4-all.tgz .)
   ;;
 steps)
   timeout 200 python3 -m benchmarks.int4_h200 --out "$OUT/layers.json" > "$OUT/layers.log" 2>&1
