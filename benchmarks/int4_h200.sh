@@ -186,11 +186,20 @@ for side in sys.argv[2:]:
             parted = next((i for i, (a, b) in enumerate(zip(digests, first[1])) if a != b), None)
             said += (", logits equal to the bit" if parted is None else
                      f", logits first differ at token {parted} (top gap {first[2][parted]:.3g})")
+    if "greedy_in_process_first_differ" in d:
+        at = d["greedy_in_process_first_differ"]
+        said = f"{said}; again in the process: " + ("logits equal to the bit" if at is None else
+                f"logits differ from token {at}")
+    if first is not None and d.get("gemv_configs") is not None:
+        # The autotuner's picks (pinned shapes aside) can differ by process, hence the sums.
+        other = [k for k in set(d["gemv_configs"]) | set(first[3])
+                 if d["gemv_configs"].get(k) != first[3].get(k)]
+        said = f"{said}; autotuned picks unlike {sys.argv[2]}'s: {sorted(other) or 'none'}"
     print(side, "step ms (each waited / queued):", [(r["batch"], round(r["decode_step_ms_median"], 3),
           round(r.get("decode_step_ms_queued", float("nan")), 3)) for r in d["decode"]],
           "tokens", said, "GB", {k: round(v / 1e9, 2) for k, v in d.items() if "bytes" in k and v})
     if first is None and tokens is not None:
-        first = (tokens, digests, gaps)
+        first = (tokens, digests, gaps, d.get("gemv_configs") or {})
 PY
 }
 # Why a server under $1 did not serve: the error lines of each of its logs (a failed start

@@ -242,6 +242,11 @@ def greedy_trace(runner: ModelRunner, prompt_len: int, count: int) -> dict[str, 
     return {"tokens": tokens, "logits_sha256": digests, "top_gap": gaps}
 
 
+def first_difference(first: list[str], second: list[str]) -> int | None:
+    """The first index at which two traces' digests differ; None where all agree."""
+    return next((i for i, (a, b) in enumerate(zip(first, second, strict=True)) if a != b), None)
+
+
 def generate_baseline(loaded: LoadedModel, prompt_len: int, new_tokens: int) -> dict[str, Any]:
     """transformers' own `generate()`, greedy, batch 1, its default cache and attention."""
     model = loaded.model
@@ -405,6 +410,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result["greedy_tokens_batch1"] = greedy["tokens"]
         result["greedy_logits_sha256_batch1"] = greedy["logits_sha256"]
         result["greedy_top_gap_batch1"] = greedy["top_gap"]
+        # The same trace again in this process: logits that differ here come from a race
+        # or an order that changes from run to run, not from a choice made once a process.
+        again = greedy_trace(runner, args.prompt_len, args.check_tokens)["logits_sha256"]
+        result["greedy_in_process_first_differ"] = first_difference(greedy["logits_sha256"], again)
     if args.generate_tokens:
         result["generate_batch1"] = generate_baseline(loaded, args.prompt_len, args.generate_tokens)
     text = json.dumps(result, indent=2)

@@ -71,3 +71,4 @@ def test_greedy_trace_gives_each_token_its_logits_digest_and_top_gap() -> None:
     # The same model and step on the CPU: the same logits, to the bit.
     keys = ("greedy_tokens_batch1", "greedy_logits_sha256_batch1", "greedy_top_gap_batch1")
     assert all(first[k] == second[k] for k in keys)
+    assert first["greedy_in_process_first_differ"] is None
