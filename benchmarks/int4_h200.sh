@@ -188,8 +188,10 @@ for side in sys.argv[2:]:
                      f", logits first differ at token {parted} (top gap {first[2][parted]:.3g})")
     if "greedy_in_process_first_differ" in d:
         at = d["greedy_in_process_first_differ"]
+        third = d.get("greedy_in_process_third_first_differ")
         said = f"{said}; again in the process: " + ("logits equal to the bit" if at is None else
-                f"logits differ from token {at}")
+                f"logits differ from token {at}") + "; third against second: " + (
+                "equal to the bit" if third is None else f"differ from token {third}")
     if first is not None and d.get("gemv_configs") is not None:
         # The autotuner's picks (pinned shapes aside) can differ by process, hence the sums.
         other = [k for k in set(d["gemv_configs"]) | set(first[3])

@@ -410,10 +410,16 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         result["greedy_tokens_batch1"] = greedy["tokens"]
         result["greedy_logits_sha256_batch1"] = greedy["logits_sha256"]
         result["greedy_top_gap_batch1"] = greedy["top_gap"]
-        # The same trace again in this process: logits that differ here come from a race
-        # or an order that changes from run to run, not from a choice made once a process.
-        again = greedy_trace(runner, args.prompt_len, args.check_tokens)["logits_sha256"]
-        result["greedy_in_process_first_differ"] = first_difference(greedy["logits_sha256"], again)
+        # The same trace twice more in this process: logits that differ here come from a
+        # race or an order that changes from run to run, not from a choice made once a
+        # process. Where the second and third agree and the first differs, the first met
+        # state the later ones did not (a graph captured in it, memory not yet written).
+        second, third = (
+            greedy_trace(runner, args.prompt_len, args.check_tokens)["logits_sha256"]
+            for _ in range(2)
+        )
+        result["greedy_in_process_first_differ"] = first_difference(greedy["logits_sha256"], second)
+        result["greedy_in_process_third_first_differ"] = first_difference(second, third)
     if args.generate_tokens:
         result["generate_batch1"] = generate_baseline(loaded, args.prompt_len, args.generate_tokens)
     text = json.dumps(result, indent=2)

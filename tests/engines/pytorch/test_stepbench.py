@@ -72,3 +72,4 @@ def test_greedy_trace_gives_each_token_its_logits_digest_and_top_gap() -> None:
     keys = ("greedy_tokens_batch1", "greedy_logits_sha256_batch1", "greedy_top_gap_batch1")
     assert all(first[k] == second[k] for k in keys)
     assert first["greedy_in_process_first_differ"] is None
+    assert first["greedy_in_process_third_first_differ"] is None
