@@ -192,6 +192,8 @@ for side in sys.argv[2:]:
         said = f"{said}; again in the process: " + ("logits equal to the bit" if at is None else
                 f"logits differ from token {at}") + "; third against second: " + (
                 "equal to the bit" if third is None else f"differ from token {third}")
+        if d.get("counters_left_nonzero"):
+            said = f"{said}; {d['counters_left_nonzero']} launch counters left non-zero"
     if first is not None and d.get("gemv_configs") is not None:
         # The autotuner's picks (pinned shapes aside) can differ by process, hence the sums.
         other = [k for k in set(d["gemv_configs"]) | set(first[3])

@@ -122,6 +122,15 @@ def _residual_counter(device: torch.device) -> torch.Tensor:
     return torch.zeros(1, dtype=torch.int32, device=device)
 
 
+def counters_left_nonzero(device: torch.device) -> int:
+    """How many of the shared launch counters are not zero once the device is idle. Each
+    launch's last program resets its own, so any left over means a launch took a program
+    for its last that was not, and read a partly written row."""
+    torch.cuda.synchronize(device)
+    counters = (_residual_counter(device), _split_counters(device))
+    return sum(int(torch.count_nonzero(c)) for c in counters)
+
+
 def _split_partials(
     configs: list, rows: int, bucket: int, n: int, k: int, group: int, device: torch.device
 ) -> torch.Tensor:

@@ -420,6 +420,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         )
         result["greedy_in_process_first_differ"] = first_difference(greedy["logits_sha256"], second)
         result["greedy_in_process_third_first_differ"] = first_difference(second, third)
+        if loaded.device.type == "cuda":
+            result["counters_left_nonzero"] = kernels.counters_left_nonzero(loaded.device)
     if args.generate_tokens:
         result["generate_batch1"] = generate_baseline(loaded, args.prompt_len, args.generate_tokens)
     text = json.dumps(result, indent=2)
